@@ -1,0 +1,19 @@
+//! gpucompat: a regression-matrix harness for GPU LLM serving.
+//!
+//! Codemap (data flows top to bottom; `ARCHITECTURE.md` has the long form):
+//!
+//! - [`matrix`]: matrix files. `raw` walks the TOML with spans, `expand` applies GitHub Actions'
+//!   include/exclude rules, `load` validates everything into a [`matrix::Plan`] of cells. No I/O
+//!   besides reading the file.
+//! - [`diag`]: renders problems in files as `--> file:line:col` with a caret.
+//! - [`signature`]: the root-cause taxonomy shared by everything below.
+//! - [`record`]: one line of `results.jsonl`, the stable output format.
+//! - [`cli`]: the command line; each subcommand is a thin wrapper over the modules above.
+//! - [`errors`]: exit codes and the error type the command line prints.
+
+pub mod cli;
+pub mod diag;
+pub mod errors;
+pub mod matrix;
+pub mod record;
+pub mod signature;

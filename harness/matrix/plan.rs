@@ -1,0 +1,240 @@
+//! The validated plan: every cell of a matrix file with everything needed to run it.
+//!
+//! Built by [`crate::matrix::load`] from the raw file; nothing here refers back to TOML. Templates
+//! are already rendered per cell, except `{port}`, which only the runner knows.
+
+use crate::record::{ExpectationRef, Values};
+use crate::signature::Signature;
+use serde::Serialize;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Placeholder left in server commands for the runner to fill with a free port.
+pub const PORT_PLACEHOLDER: &str = "{port}";
+
+/// A validated matrix: its cells in expansion order plus run-wide settings.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// The matrix file as given on the command line.
+    pub path: PathBuf,
+    /// Folder the cells' commands run in (the matrix file's folder).
+    pub dir: PathBuf,
+    /// sha256 of the matrix file's bytes, hex.
+    pub file_hash: String,
+    /// Every key a cell can have, axes first, then keys added by `include`, in file order.
+    pub keys: Vec<String>,
+    pub cells: Vec<Cell>,
+    pub retry: RetryPolicy,
+    /// User signature rules from `[[rules]]`, tried before the built-in table.
+    pub rules: Vec<UserRule>,
+    /// Where pins get installed; `None` means pins only reach the command in `GPUCOMPAT_PINS`.
+    pub python: Option<PythonEnv>,
+}
+
+/// Stable identifier of a cell, made from its values; only `[A-Za-z0-9._-]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct CellId(pub String);
+
+impl fmt::Display for CellId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl CellId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// One combination of the matrix.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    pub id: CellId,
+    pub values: Values,
+    /// GPU archs the cell needs, in `CUDA_VISIBLE_DEVICES` order (`["sm_86", "sm_89"]`).
+    pub gpus: Vec<String>,
+    /// Pins from `[packages]`, sorted by package name.
+    pub pins: Vec<Pin>,
+    /// Extra environment from `[env]`, rendered for this cell, in file order.
+    pub env: Vec<(String, String)>,
+    pub engine: Engine,
+    /// Whole-cell deadline.
+    #[serde(with = "duration_text")]
+    pub timeout: Duration,
+    /// Idle window after which a hang is called a deadlock.
+    #[serde(with = "duration_text")]
+    pub no_progress: Duration,
+    pub cache: CacheMode,
+    /// The `[[expect]]` rule that covers this cell, if any (the first that matches).
+    pub expectation: Option<ExpectationRef>,
+}
+
+impl Cell {
+    /// `GPUCOMPAT_PINS`: space-separated `name==version`.
+    pub fn pins_text(&self) -> String {
+        self.pins
+            .iter()
+            .map(Pin::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// `name==version`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct Pin {
+    pub name: String,
+    pub version: String,
+}
+
+impl fmt::Display for Pin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}=={}", self.name, self.version)
+    }
+}
+
+/// How a cell is launched, probed and asked.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Engine {
+    /// One command; exit 0 is a pass.
+    Job { command: String },
+    /// A long-running server, asked one completion.
+    Server(ServerSpec),
+}
+
+/// Which server engine; the built-in ones bring defaults for command, readiness and request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerKind {
+    /// `[server]` with an explicit command.
+    Generic,
+    Sglang,
+    Vllm,
+    Ktransformers,
+    FlashinferProbe,
+}
+
+impl ServerKind {
+    pub const NAMES: [(&'static str, ServerKind); 5] = [
+        ("server", ServerKind::Generic),
+        ("sglang", ServerKind::Sglang),
+        ("vllm", ServerKind::Vllm),
+        ("ktransformers", ServerKind::Ktransformers),
+        ("flashinfer-probe", ServerKind::FlashinferProbe),
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerKind::Generic => "server",
+            ServerKind::Sglang => "sglang",
+            ServerKind::Vllm => "vllm",
+            ServerKind::Ktransformers => "ktransformers",
+            ServerKind::FlashinferProbe => "flashinfer-probe",
+        }
+    }
+}
+
+/// `[server]` settings rendered for one cell. `None` means "the engine's default".
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerSpec {
+    pub kind: ServerKind,
+    /// Full launch command; may contain `{port}`.
+    pub command: Option<String>,
+    pub model: Option<String>,
+    /// Tensor-parallel size.
+    pub tp: Option<u32>,
+    /// Extra arguments appended to the engine's command.
+    pub args: Option<String>,
+    /// HTTP path polled until it answers 200.
+    pub health: Option<String>,
+    /// Regex on the log that says the server is ready (instead of, or before, `health`).
+    pub ready_line: Option<String>,
+    #[serde(with = "duration_text_opt")]
+    pub ready_timeout: Option<Duration>,
+    /// Completion route (`/v1/completions`).
+    pub endpoint: Option<String>,
+    pub prompt: Option<String>,
+    pub max_tokens: Option<u32>,
+    /// Regex the answer must match.
+    pub expect: Option<String>,
+    /// Worker processes (the probe engine's tensor-parallel stand-in).
+    pub workers: Option<u32>,
+}
+
+/// Whether a cell gets the shared JIT cache of its (pins, archs) or a fresh one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheMode {
+    #[default]
+    Warm,
+    Cold,
+}
+
+/// `[retry]`: how often to retry a failed cell, and for which signatures.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (0 = none, the default).
+    pub count: u32,
+    /// Signatures worth retrying; empty means any failure.
+    pub on: Vec<Signature>,
+}
+
+impl RetryPolicy {
+    pub fn should_retry(&self, attempts_so_far: u32, signature: Signature) -> bool {
+        attempts_so_far <= self.count && (self.on.is_empty() || self.on.contains(&signature))
+    }
+}
+
+/// A user signature rule from `[[rules]]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct UserRule {
+    /// Regex matched against each log line.
+    pub pattern: String,
+    pub signature: Signature,
+    /// Higher wins among lines that are equally early; default 0.
+    pub precedence: i32,
+    /// Infrastructure fault: never a regression.
+    pub spurious: bool,
+    pub explanation: Option<String>,
+    pub hint: Option<String>,
+}
+
+/// `[python]`: the environment pins are installed into.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PythonEnv {
+    /// Interpreter that creates the environment (`python3`).
+    pub python: Option<String>,
+    /// Base requirement file, relative to the matrix file.
+    pub requirements: Option<PathBuf>,
+    pub index_url: Option<String>,
+    /// Wheelhouse folders, relative to the matrix file.
+    pub find_links: Vec<PathBuf>,
+    pub no_index: bool,
+    /// Install over the system's packages (its torch) instead of an isolated environment.
+    pub system_site_packages: bool,
+}
+
+mod duration_text {
+    use serde::Serializer;
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_duration(*d))
+    }
+}
+
+mod duration_text_opt {
+    use serde::Serializer;
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.collect_str(&humantime::format_duration(*d)),
+            None => s.serialize_none(),
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! One line of `results.jsonl`: what happened to one cell (DESIGN.md "Contract").
+//!
+//! This is the project's stable output format: reports, comparisons, bisection and outside tools
+//! read it. Fields are only ever added; `format_version` says which shape a line has.
+
+use crate::signature::Signature;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Current shape of a record. Bump when a field changes meaning (adding a field does not).
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A cell's values in axis order (`{"flashinfer": "0.6.3", "gpu": "sm_90"}`).
+pub type Values = serde_json::Map<String, serde_json::Value>;
+
+/// Final status of a cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Launched, answered and validated.
+    Pass,
+    /// Failed, then passed on a retry.
+    Flaky,
+    /// Failed, and no expectation covers it.
+    Fail,
+    /// Failed as an `[[expect]]` rule says it would (known upstream failure).
+    Xfail,
+    /// An `[[expect]]` rule says it fails, but it passed: the exclusion or workaround can go.
+    Xpass,
+    /// Not run: no GPU of this host can serve it, or it was filtered out.
+    Skip,
+    /// The harness or the infrastructure failed (install could not reach the index, disk full):
+    /// says nothing about the cell itself; never a regression.
+    Error,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Flaky => "flaky",
+            Status::Fail => "fail",
+            Status::Xfail => "xfail",
+            Status::Xpass => "xpass",
+            Status::Skip => "skip",
+            Status::Error => "error",
+        }
+    }
+
+    /// Whether the run should exit 1 because of this cell: an unexpected failure, or a known
+    /// failure that no longer fails (the expectation is stale and would hide the next breakage).
+    pub fn is_unexpected(self) -> bool {
+        match self {
+            Status::Fail | Status::Xpass => true,
+            Status::Pass | Status::Flaky | Status::Xfail | Status::Skip | Status::Error => false,
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where in its lifecycle a cell was when it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Provision,
+    Launch,
+    Ready,
+    Infer,
+    Validate,
+    Teardown,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Provision => "provision",
+            Phase::Launch => "launch",
+            Phase::Ready => "ready",
+            Phase::Infer => "infer",
+            Phase::Validate => "validate",
+            Phase::Teardown => "teardown",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Timings and throughput, where the engine or the harness could tell them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Metrics {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_to_ready_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jit_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_s: Option<f64>,
+    /// Whether the cell found its JIT cache already populated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jit_cache_hit: Option<bool>,
+    /// Seconds spent installing (or finding) the cell's environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provision_s: Option<f64>,
+}
+
+/// One GPU as the inventory describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub name: String,
+    pub arch: String,
+}
+
+/// The host a cell ran on and the GPUs it was given, in `CUDA_VISIBLE_DEVICES` order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Runner {
+    pub host: String,
+    pub gpus: Vec<GpuInfo>,
+}
+
+/// How the cell's main process ended, when it ended by itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+}
+
+/// The `[[expect]]` rule that applied to a cell.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpectationRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<Signature>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// One line of `results.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellRecord {
+    pub id: String,
+    pub values: Values,
+    /// `name==version`, sorted by name.
+    pub pins: Vec<String>,
+    pub status: Status,
+    /// `None` exactly when the cell passed (or was skipped).
+    pub signature: Option<Signature>,
+    /// Phase the cell ended in; for a pass, the last phase it completed.
+    pub phase: Option<Phase>,
+    pub duration_s: f64,
+    pub attempts: u32,
+    /// Path of the cell's log, relative to the run folder.
+    pub log: String,
+    #[serde(default)]
+    pub metrics: Metrics,
+    #[serde(default)]
+    pub runner: Runner,
+    /// Normalised root-cause line, for deduplication across nights and hosts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// 1-based line number of the root cause in the log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+    /// A few lines around the root cause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub excerpt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<Exit>,
+    /// Infrastructure fault (runner lost, index unreachable): never a regression, never a bisect step.
+    #[serde(default)]
+    pub spurious: bool,
+    /// Human-readable reason, for skips and errors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expectation: Option<ExpectationRef>,
+    /// RFC 3339 start time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default = "default_format_version")]
+    pub format_version: u32,
+}
+
+fn default_format_version() -> u32 {
+    FORMAT_VERSION
+}
