@@ -13,6 +13,7 @@
 
 pub mod cli;
 pub mod diag;
+pub mod engines;
 pub mod errors;
 pub mod matrix;
 pub mod record;

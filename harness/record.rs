@@ -199,3 +199,37 @@ pub struct CellRecord {
 fn default_format_version() -> u32 {
     FORMAT_VERSION
 }
+
+/// `manifest.json` of a run folder: what ran, where, when, and whether it finished.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    #[serde(default = "default_format_version")]
+    pub format_version: u32,
+    /// Version of the harness that wrote the run.
+    pub harness_version: String,
+    /// The matrix file as given.
+    pub matrix: String,
+    /// sha256 of the matrix file, hex.
+    pub matrix_hash: String,
+    pub host: String,
+    /// RFC 3339.
+    pub started_at: String,
+    /// RFC 3339; `None` while running or after a crash.
+    #[serde(default)]
+    pub finished_at: Option<String>,
+    pub state: RunState,
+    /// Number of cells in the plan.
+    pub cells: usize,
+    /// A replay of recorded runs rather than a live run.
+    #[serde(default)]
+    pub replay: bool,
+}
+
+/// Lifecycle of a run folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Running,
+    Finished,
+    Interrupted,
+}

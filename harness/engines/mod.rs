@@ -1,0 +1,121 @@
+//! Server engines: what a cell's server is launched with, how readiness is told, what it is asked.
+//!
+//! [`resolve`] turns a cell's rendered `[server]` settings into a [`ResolvedServer`], filling the
+//! built-in engines' defaults (sglang, vLLM, ktransformers, the FlashInfer probe) where the matrix
+//! file leaves a setting out. Pure data: nothing here starts processes.
+
+use crate::matrix::{ServerKind, ServerSpec};
+use regex::Regex;
+use std::time::Duration;
+
+/// Default wait for a server to become ready (JIT warm-up happens here).
+pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(20 * 60);
+
+/// A metric an engine prints in its log, parsed into `metrics` of the cell's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricName {
+    TimeToReady,
+    Jit,
+    Ttft,
+    Tpot,
+    TokensPerS,
+}
+
+/// A log-line pattern whose first capture group is the metric's value (in seconds or tokens/s).
+#[derive(Debug, Clone)]
+pub struct MetricPattern {
+    pub name: MetricName,
+    pub regex: Regex,
+}
+
+/// Everything the runner needs to launch, wait for and ask one server.
+#[derive(Debug, Clone)]
+pub struct ResolvedServer {
+    /// Launch command, run through `sh -c`; still contains `{port}`.
+    pub command: String,
+    /// HTTP path polled until it answers 200; `None` when only `ready_line` tells readiness.
+    pub health: Option<String>,
+    /// Log line that says the server is ready.
+    pub ready_line: Option<Regex>,
+    pub ready_timeout: Duration,
+    /// OpenAI-style completion route.
+    pub endpoint: String,
+    pub model: Option<String>,
+    pub prompt: String,
+    pub max_tokens: u32,
+    /// Regex the completion text must match.
+    pub expect: Option<Regex>,
+    pub metrics: Vec<MetricPattern>,
+    /// Extra environment the engine wants.
+    pub env: Vec<(String, String)>,
+}
+
+/// A `[server]` setting could not be turned into something runnable.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("engine `{engine}` needs `{key}` in [server]")]
+    Missing {
+        engine: &'static str,
+        key: &'static str,
+    },
+    #[error("invalid regex in `{key}`")]
+    Regex {
+        key: &'static str,
+        #[source]
+        source: regex::Error,
+    },
+}
+
+/// Resolves a cell's server settings against its engine's defaults.
+pub fn resolve(spec: &ServerSpec) -> Result<ResolvedServer, EngineError> {
+    let regex = |key: &'static str, text: &Option<String>| {
+        text.as_deref()
+            .map(Regex::new)
+            .transpose()
+            .map_err(|source| EngineError::Regex { key, source })
+    };
+    match spec.kind {
+        ServerKind::Generic => {
+            let command = spec.command.clone().ok_or(EngineError::Missing {
+                engine: "server",
+                key: "command",
+            })?;
+            let ready_line = regex("ready-line", &spec.ready_line)?;
+            let health = match (&spec.health, &ready_line) {
+                (Some(path), _) => Some(path.clone()),
+                (None, Some(_)) => None,
+                (None, None) => Some("/health".to_owned()),
+            };
+            Ok(ResolvedServer {
+                command,
+                health,
+                ready_line,
+                ready_timeout: spec.ready_timeout.unwrap_or(DEFAULT_READY_TIMEOUT),
+                endpoint: spec
+                    .endpoint
+                    .clone()
+                    .unwrap_or_else(|| "/v1/completions".to_owned()),
+                model: spec.model.clone(),
+                prompt: spec
+                    .prompt
+                    .clone()
+                    .unwrap_or_else(|| "The capital of France is".to_owned()),
+                max_tokens: spec.max_tokens.unwrap_or(16),
+                expect: regex("expect", &spec.expect)?,
+                metrics: Vec::new(),
+                env: Vec::new(),
+            })
+        }
+        // Built-in engines arrive with the engine adapters; until then they need an explicit command.
+        ServerKind::Sglang
+        | ServerKind::Vllm
+        | ServerKind::Ktransformers
+        | ServerKind::FlashinferProbe => {
+            let generic = ServerSpec {
+                kind: ServerKind::Generic,
+                ..spec.clone()
+            };
+            resolve(&generic)
+        }
+    }
+}
