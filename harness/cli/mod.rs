@@ -7,6 +7,7 @@ mod matrix;
 mod plan;
 mod report;
 mod run;
+mod table;
 
 use crate::errors::{CliError, exit};
 use clap::{Parser, Subcommand};

@@ -1,5 +1,19 @@
 //! Matrix files: parse, expand with GitHub Actions semantics, validate into a [`Plan`].
+//!
+//! Two stages, as ripgrep and nextest do it: [`raw`] mirrors the TOML with a span on every value a
+//! user can get wrong; [`load`] validates it, expands the cells and renders their templates.
+//! Problems are collected, not thrown: a file with five mistakes gets five diagnostics at once.
+//! The module reads the matrix file and nothing else: no processes, no network.
 
+pub mod expand;
+pub mod gpus;
+pub mod ids;
+mod load;
 mod plan;
+mod raw;
+pub mod template;
 
+pub use load::{
+    DEFAULT_NO_PROGRESS, DEFAULT_TIMEOUT, LoadError, Loaded, from_str, load, load_verbose,
+};
 pub use plan::*;

@@ -58,7 +58,8 @@ pub struct Cell {
     pub gpus: Vec<String>,
     /// Pins from `[packages]`, sorted by package name.
     pub pins: Vec<Pin>,
-    /// Extra environment from `[env]`, rendered for this cell, in file order.
+    /// Extra environment from `[env]`, rendered for this cell, in file order. An entry that
+    /// renders to an empty string is left out, so `X = "{key}"` sets `X` only where `key` is set.
     pub env: Vec<(String, String)>,
     pub engine: Engine,
     /// Whole-cell deadline.
@@ -68,6 +69,9 @@ pub struct Cell {
     #[serde(with = "duration_text")]
     pub no_progress: Duration,
     pub cache: CacheMode,
+    /// Base requirement file from `[python] requirements`, rendered for this cell, relative to
+    /// the matrix file's folder.
+    pub requirements: Option<PathBuf>,
     /// The `[[expect]]` rule that covers this cell, if any (the first that matches).
     pub expectation: Option<ExpectationRef>,
 }
@@ -103,7 +107,7 @@ pub enum Engine {
     /// One command; exit 0 is a pass.
     Job { command: String },
     /// A long-running server, asked one completion.
-    Server(ServerSpec),
+    Server(Box<ServerSpec>),
 }
 
 /// Which server engine; the built-in ones bring defaults for command, readiness and request.
@@ -208,7 +212,7 @@ pub struct UserRule {
 pub struct PythonEnv {
     /// Interpreter that creates the environment (`python3`).
     pub python: Option<String>,
-    /// Base requirement file, relative to the matrix file.
+    /// Base requirement file as written (may hold `{key}`); each cell has it rendered.
     pub requirements: Option<PathBuf>,
     pub index_url: Option<String>,
     /// Wheelhouse folders, relative to the matrix file.

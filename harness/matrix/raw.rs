@@ -1,0 +1,845 @@
+//! Stage one: a mirror of the matrix file with a byte span on everything a user can get wrong.
+//!
+//! The file is parsed with toml's recoverable parser and walked by hand instead of through serde,
+//! so that *every* problem (syntax, unknown keys, wrong types, bad durations) is collected with its
+//! span in one pass; serde stops at the first error and loses the position of most of them.
+
+use crate::diag::Diagnostic;
+use crate::signature::Signature;
+use std::ops::Range;
+use std::time::Duration;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+pub(crate) type Span = Range<usize>;
+
+/// A value and where it came from in the file.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Sp<T> {
+    pub(crate) value: T,
+    pub(crate) span: Span,
+}
+
+impl<T> Sp<T> {
+    fn new(value: T, span: Span) -> Self {
+        Sp { value, span }
+    }
+}
+
+/// Values a matrix axis, include or exclude entry can hold.
+pub(crate) type Value = serde_json::Value;
+
+/// `key = value` pairs of an include or exclude entry, in file order.
+pub(crate) type RawCombo = Vec<(Sp<String>, Sp<Value>)>;
+
+#[derive(Debug, Default)]
+pub(crate) struct RawFile {
+    pub(crate) matrix: Option<RawMatrix>,
+    pub(crate) gpus: Option<Sp<String>>,
+    pub(crate) env: Vec<(Sp<String>, Sp<String>)>,
+    pub(crate) packages: Vec<(Sp<String>, Vec<Sp<String>>)>,
+    pub(crate) python: Option<RawPython>,
+    pub(crate) engine: Option<Sp<String>>,
+    pub(crate) job: Option<RawJob>,
+    pub(crate) server: Option<RawServer>,
+    pub(crate) retry: Option<RawRetry>,
+    pub(crate) expect: Vec<RawExpect>,
+    pub(crate) rules: Vec<RawRule>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct RawMatrix {
+    pub(crate) span: Span,
+    pub(crate) axes: Vec<(Sp<String>, Vec<Sp<Value>>)>,
+    pub(crate) include: Vec<Sp<RawCombo>>,
+    pub(crate) exclude: Vec<Sp<RawCombo>>,
+}
+
+/// Settings every engine shares.
+#[derive(Debug, Default)]
+pub(crate) struct RawCommon {
+    pub(crate) timeout: Option<Sp<Duration>>,
+    pub(crate) no_progress: Option<Sp<Duration>>,
+    pub(crate) cache: Option<Sp<String>>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct RawJob {
+    pub(crate) span: Span,
+    pub(crate) command: Option<Sp<String>>,
+    pub(crate) common: RawCommon,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct RawServer {
+    pub(crate) span: Span,
+    pub(crate) command: Option<Sp<String>>,
+    pub(crate) model: Option<Sp<String>>,
+    /// Integer or template; checked per cell once rendered.
+    pub(crate) tp: Option<Sp<String>>,
+    pub(crate) workers: Option<Sp<String>>,
+    pub(crate) args: Option<Sp<String>>,
+    pub(crate) health: Option<Sp<String>>,
+    pub(crate) ready_line: Option<Sp<String>>,
+    pub(crate) ready_timeout: Option<Sp<Duration>>,
+    pub(crate) endpoint: Option<Sp<String>>,
+    pub(crate) prompt: Option<Sp<String>>,
+    pub(crate) max_tokens: Option<Sp<u32>>,
+    pub(crate) expect: Option<Sp<String>>,
+    pub(crate) common: RawCommon,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct RawPython {
+    pub(crate) python: Option<Sp<String>>,
+    pub(crate) requirements: Option<Sp<String>>,
+    pub(crate) index_url: Option<Sp<String>>,
+    pub(crate) find_links: Vec<Sp<String>>,
+    pub(crate) no_index: Option<Sp<bool>>,
+    pub(crate) system_site_packages: Option<Sp<bool>>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct RawRetry {
+    pub(crate) count: Option<Sp<u32>>,
+    pub(crate) on: Vec<Sp<Signature>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct RawExpect {
+    pub(crate) span: Span,
+    /// Key, and one value or a list of values (any of them matches).
+    pub(crate) when: Vec<(Sp<String>, Vec<Sp<Value>>)>,
+    pub(crate) signature: Option<Sp<Signature>>,
+    pub(crate) link: Option<Sp<String>>,
+    pub(crate) reason: Option<Sp<String>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct RawRule {
+    pub(crate) pattern: Sp<String>,
+    pub(crate) signature: Sp<Signature>,
+    pub(crate) precedence: i32,
+    pub(crate) spurious: bool,
+    pub(crate) explanation: Option<String>,
+    pub(crate) hint: Option<String>,
+}
+
+const TOP_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "matrix",
+    "resources",
+    "env",
+    "packages",
+    "python",
+    "engine",
+    "job",
+    "server",
+    "retry",
+    "expect",
+    "rules",
+];
+const COMMON_KEYS: &[&str] = &["timeout", "no-progress", "cache"];
+const JOB_KEYS: &[&str] = &["command", "timeout", "no-progress", "cache"];
+const SERVER_KEYS: &[&str] = &[
+    "command",
+    "model",
+    "tp",
+    "workers",
+    "args",
+    "health",
+    "ready-line",
+    "ready-timeout",
+    "endpoint",
+    "prompt",
+    "max-tokens",
+    "expect",
+    "timeout",
+    "no-progress",
+    "cache",
+];
+const PYTHON_KEYS: &[&str] = &[
+    "python",
+    "requirements",
+    "index-url",
+    "find-links",
+    "no-index",
+    "system-site-packages",
+];
+
+/// Parses `source` into a [`RawFile`], pushing every problem found onto `problems`.
+pub(crate) fn parse(source: &str, problems: &mut Vec<Diagnostic>) -> RawFile {
+    let (root, errors) = DeTable::parse_recoverable(source);
+    for err in errors {
+        problems.push(
+            Diagnostic::error(
+                format!("invalid TOML: {}", err.message().trim()),
+                err.span(),
+            )
+            .label("here"),
+        );
+    }
+    let mut walker = Walker { problems };
+    walker.file(root.get_ref(), root.span())
+}
+
+struct Walker<'p> {
+    problems: &'p mut Vec<Diagnostic>,
+}
+
+type Item<'i> = Spanned<DeValue<'i>>;
+
+impl Walker<'_> {
+    fn file(&mut self, root: &DeTable<'_>, span: Span) -> RawFile {
+        self.unknown_keys(root, "the top level", TOP_KEYS);
+        let mut file = RawFile::default();
+        for (key, item) in root {
+            match key.get_ref().as_ref() {
+                "name" | "description" => {
+                    self.string(item, key.get_ref());
+                }
+                "matrix" => file.matrix = self.matrix(item),
+                "resources" => {
+                    if let Some(table) = self.table(item, "[resources]") {
+                        self.unknown_keys(table, "[resources]", &["gpus"]);
+                        file.gpus = table
+                            .get("gpus")
+                            .and_then(|v| self.string(v, "gpus in [resources]"));
+                    }
+                }
+                "env" => {
+                    if let Some(table) = self.table(item, "[env]") {
+                        for (name, value) in table {
+                            let name_sp = Sp::new(name.get_ref().to_string(), name.span());
+                            if let Some(value) =
+                                self.string(value, &format!("{} in [env]", name.get_ref()))
+                            {
+                                file.env.push((name_sp, value));
+                            }
+                        }
+                    }
+                }
+                "packages" => {
+                    if let Some(table) = self.table(item, "[packages]") {
+                        for (axis, value) in table {
+                            let what = format!("{} in [packages]", axis.get_ref());
+                            let names = self.string_list(value, &what);
+                            file.packages
+                                .push((Sp::new(axis.get_ref().to_string(), axis.span()), names));
+                        }
+                    }
+                }
+                "python" => file.python = self.python(item),
+                "engine" => file.engine = self.string(item, "engine"),
+                "job" => file.job = self.job(item),
+                "server" => file.server = self.server(item),
+                "retry" => file.retry = self.retry(item),
+                "expect" => file.expect = self.expects(item),
+                "rules" => file.rules = self.rules(item),
+                _ => {}
+            }
+        }
+        if file.matrix.is_none() {
+            self.problems.push(
+                Diagnostic::error("missing `[matrix]` table", Some(span.start..span.start))
+                    .help("a matrix file needs a `[matrix]` table with at least one axis, e.g. `flashinfer = [\"0.6.3\", \"0.6.8.post1\"]`"),
+            );
+        }
+        file
+    }
+
+    fn matrix(&mut self, item: &Item<'_>) -> Option<RawMatrix> {
+        let table = self.table(item, "[matrix]")?;
+        let mut matrix = RawMatrix {
+            span: item.span(),
+            ..RawMatrix::default()
+        };
+        for (key, value) in table {
+            let name = key.get_ref().as_ref();
+            match name {
+                "include" | "exclude" => {
+                    let entries = self.combos(value, name);
+                    if name == "include" {
+                        matrix.include = entries;
+                    } else {
+                        matrix.exclude = entries;
+                    }
+                }
+                _ => {
+                    let DeValue::Array(values) = value.get_ref() else {
+                        self.problems.push(
+                            Diagnostic::error(
+                                format!("axis `{name}` must be an array of values"),
+                                Some(value.span()),
+                            )
+                            .label(format!("found {}", value.get_ref().type_str()))
+                            .help(format!(
+                                "write `{name} = [{}]`",
+                                source_like(value.get_ref())
+                            )),
+                        );
+                        continue;
+                    };
+                    let what = format!("axis `{name}`");
+                    let values = values
+                        .iter()
+                        .filter_map(|v| self.matrix_value(v, &what))
+                        .collect();
+                    matrix
+                        .axes
+                        .push((Sp::new(name.to_owned(), key.span()), values));
+                }
+            }
+        }
+        Some(matrix)
+    }
+
+    /// `include`/`exclude`: an array of tables.
+    fn combos(&mut self, item: &Item<'_>, what: &str) -> Vec<Sp<RawCombo>> {
+        let DeValue::Array(entries) = item.get_ref() else {
+            self.type_error(item, &format!("`{what}` in [matrix]"), "an array of tables");
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for entry in entries.iter() {
+            let Some(table) = self.table(entry, &format!("an entry of `{what}`")) else {
+                continue;
+            };
+            if table.is_empty() {
+                self.problems.push(
+                    Diagnostic::error(format!("empty `{what}` entry"), Some(entry.span()))
+                        .label("this entry has no keys"),
+                );
+                continue;
+            }
+            let mut combo = Vec::new();
+            for (key, value) in table {
+                let desc = format!("`{}` in a `{what}` entry", key.get_ref());
+                if let Some(value) = self.matrix_value(value, &desc) {
+                    combo.push((Sp::new(key.get_ref().to_string(), key.span()), value));
+                }
+            }
+            out.push(Sp::new(combo, entry.span()));
+        }
+        out
+    }
+
+    /// A matrix value: string, integer, boolean or table of those.
+    fn matrix_value(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<Value>> {
+        let value = match item.get_ref() {
+            DeValue::String(s) => Value::String(s.to_string()),
+            DeValue::Integer(i) => Value::from(self.integer(i, item.span())?),
+            DeValue::Boolean(b) => Value::Bool(*b),
+            DeValue::Table(table) => {
+                let mut map = serde_json::Map::new();
+                for (key, value) in table {
+                    let inner = self.matrix_value(value, what)?;
+                    map.insert(key.get_ref().to_string(), inner.value);
+                }
+                Value::Object(map)
+            }
+            DeValue::Float(f) => {
+                self.problems.push(
+                    Diagnostic::error(
+                        format!("{what}: floats are not allowed as matrix values"),
+                        Some(item.span()),
+                    )
+                    .label("a float")
+                    .help(format!(
+                        "quote it: \"{}\" (as a float, 3.10 would read as 3.1)",
+                        f.as_str()
+                    )),
+                );
+                return None;
+            }
+            other => {
+                self.problems.push(
+                    Diagnostic::error(
+                        format!(
+                            "{what}: a value must be a string, integer, boolean or table, found {}",
+                            other.type_str()
+                        ),
+                        Some(item.span()),
+                    )
+                    .label(format!("found {}", other.type_str())),
+                );
+                return None;
+            }
+        };
+        Some(Sp::new(value, item.span()))
+    }
+
+    fn integer(&mut self, i: &toml::de::DeInteger<'_>, span: Span) -> Option<i64> {
+        let text = i.as_str().replace('_', "");
+        let (digits, radix) = match i.radix() {
+            10 => (text.as_str(), 10),
+            radix => (&text[2.min(text.len())..], radix),
+        };
+        match i64::from_str_radix(digits, radix) {
+            Ok(n) => Some(n),
+            Err(err) => {
+                self.problems.push(
+                    Diagnostic::error(format!("invalid integer: {err}"), Some(span)).label("here"),
+                );
+                None
+            }
+        }
+    }
+
+    fn common(&mut self, table: &DeTable<'_>, section: &str) -> RawCommon {
+        RawCommon {
+            timeout: table
+                .get("timeout")
+                .and_then(|v| self.duration(v, &format!("timeout in {section}"))),
+            no_progress: table
+                .get("no-progress")
+                .and_then(|v| self.duration(v, &format!("no-progress in {section}"))),
+            cache: table
+                .get("cache")
+                .and_then(|v| self.string(v, &format!("cache in {section}"))),
+        }
+    }
+
+    fn job(&mut self, item: &Item<'_>) -> Option<RawJob> {
+        let table = self.table(item, "[job]")?;
+        self.unknown_keys(table, "[job]", JOB_KEYS);
+        Some(RawJob {
+            span: item.span(),
+            command: table
+                .get("command")
+                .and_then(|v| self.string(v, "command in [job]")),
+            common: self.common(table, "[job]"),
+        })
+    }
+
+    fn server(&mut self, item: &Item<'_>) -> Option<RawServer> {
+        let table = self.table(item, "[server]")?;
+        self.unknown_keys(table, "[server]", SERVER_KEYS);
+        let mut s = |key: &str| {
+            table
+                .get(key)
+                .and_then(|v| self.string(v, &format!("{key} in [server]")))
+        };
+        let mut server = RawServer {
+            span: item.span(),
+            command: s("command"),
+            model: s("model"),
+            args: s("args"),
+            health: s("health"),
+            ready_line: s("ready-line"),
+            endpoint: s("endpoint"),
+            prompt: s("prompt"),
+            expect: s("expect"),
+            ..RawServer::default()
+        };
+        server.tp = table
+            .get("tp")
+            .and_then(|v| self.int_or_template(v, "tp in [server]"));
+        server.workers = table
+            .get("workers")
+            .and_then(|v| self.int_or_template(v, "workers in [server]"));
+        server.ready_timeout = table
+            .get("ready-timeout")
+            .and_then(|v| self.duration(v, "ready-timeout in [server]"));
+        server.max_tokens = table
+            .get("max-tokens")
+            .and_then(|v| self.count(v, "max-tokens in [server]"));
+        server.common = self.common(table, "[server]");
+        Some(server)
+    }
+
+    fn python(&mut self, item: &Item<'_>) -> Option<RawPython> {
+        let table = self.table(item, "[python]")?;
+        self.unknown_keys(table, "[python]", PYTHON_KEYS);
+        let mut s = |key: &str| {
+            table
+                .get(key)
+                .and_then(|v| self.string(v, &format!("{key} in [python]")))
+        };
+        let mut python = RawPython {
+            python: s("python"),
+            requirements: s("requirements"),
+            index_url: s("index-url"),
+            ..RawPython::default()
+        };
+        python.find_links = table
+            .get("find-links")
+            .map(|v| self.string_list(v, "find-links in [python]"))
+            .unwrap_or_default();
+        python.no_index = table
+            .get("no-index")
+            .and_then(|v| self.boolean(v, "no-index in [python]"));
+        python.system_site_packages = table
+            .get("system-site-packages")
+            .and_then(|v| self.boolean(v, "system-site-packages in [python]"));
+        Some(python)
+    }
+
+    fn retry(&mut self, item: &Item<'_>) -> Option<RawRetry> {
+        let table = self.table(item, "[retry]")?;
+        self.unknown_keys(table, "[retry]", &["count", "on"]);
+        let count = table
+            .get("count")
+            .and_then(|v| self.count(v, "count in [retry]"));
+        let on = table
+            .get("on")
+            .map(|v| self.string_list(v, "on in [retry]"))
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|name| self.signature_name(name))
+            .collect();
+        Some(RawRetry { count, on })
+    }
+
+    fn expects(&mut self, item: &Item<'_>) -> Vec<RawExpect> {
+        let mut out = Vec::new();
+        for entry in self.array_of_tables(item, "[[expect]]") {
+            let Some(table) = entry.get_ref().as_table() else {
+                continue;
+            };
+            self.unknown_keys(
+                table,
+                "[[expect]]",
+                &["when", "signature", "link", "reason"],
+            );
+            let mut when = Vec::new();
+            match table.get("when") {
+                None => self.problems.push(
+                    Diagnostic::error("`[[expect]]` needs `when`", Some(entry.span()))
+                        .label("this rule says nothing about which cells it covers")
+                        .help("add e.g. `when = { gpu = \"sm_110\", flashinfer = \"<=0.6.8.post1\" }`"),
+                ),
+                Some(value) => {
+                    if let Some(conditions) = self.table(value, "`when` in [[expect]]") {
+                        for (key, cond) in conditions {
+                            let what = format!("`{}` in `when`", key.get_ref());
+                            let values = match cond.get_ref() {
+                                DeValue::Array(items) => items
+                                    .iter()
+                                    .filter_map(|v| self.matrix_value(v, &what))
+                                    .collect(),
+                                _ => self.matrix_value(cond, &what).into_iter().collect(),
+                            };
+                            when.push((Sp::new(key.get_ref().to_string(), key.span()), values));
+                        }
+                    }
+                }
+            }
+            let signature = table
+                .get("signature")
+                .and_then(|v| self.string(v, "signature in [[expect]]"))
+                .and_then(|name| self.signature_name(name));
+            let link = table
+                .get("link")
+                .and_then(|v| self.string(v, "link in [[expect]]"));
+            let reason = table
+                .get("reason")
+                .and_then(|v| self.string(v, "reason in [[expect]]"));
+            out.push(RawExpect {
+                span: entry.span(),
+                when,
+                signature,
+                link,
+                reason,
+            });
+        }
+        out
+    }
+
+    fn rules(&mut self, item: &Item<'_>) -> Vec<RawRule> {
+        let mut out = Vec::new();
+        for entry in self.array_of_tables(item, "[[rules]]") {
+            let Some(table) = entry.get_ref().as_table() else {
+                continue;
+            };
+            self.unknown_keys(
+                table,
+                "[[rules]]",
+                &[
+                    "pattern",
+                    "signature",
+                    "precedence",
+                    "spurious",
+                    "explanation",
+                    "hint",
+                ],
+            );
+            let pattern = self.required_string(table, "pattern", "[[rules]]", entry.span());
+            let signature = self
+                .required_string(table, "signature", "[[rules]]", entry.span())
+                .and_then(|name| self.signature_name(name));
+            let precedence = table.get("precedence").and_then(|v| match v.get_ref() {
+                DeValue::Integer(i) => self
+                    .integer(i, v.span())
+                    .and_then(|n| i32::try_from(n).ok()),
+                _ => {
+                    self.type_error(v, "precedence in [[rules]]", "an integer");
+                    None
+                }
+            });
+            let spurious = table
+                .get("spurious")
+                .and_then(|v| self.boolean(v, "spurious in [[rules]]"));
+            let explanation = table
+                .get("explanation")
+                .and_then(|v| self.string(v, "explanation in [[rules]]"));
+            let hint = table
+                .get("hint")
+                .and_then(|v| self.string(v, "hint in [[rules]]"));
+            if let (Some(pattern), Some(signature)) = (pattern, signature) {
+                if let Err(err) = regex::Regex::new(&pattern.value) {
+                    self.problems.push(
+                        Diagnostic::error("invalid regex in `pattern`", Some(pattern.span.clone()))
+                            .label(first_line(&err.to_string())),
+                    );
+                }
+                out.push(RawRule {
+                    pattern,
+                    signature,
+                    precedence: precedence.unwrap_or(0),
+                    spurious: spurious.is_some_and(|s| s.value),
+                    explanation: explanation.map(|s| s.value),
+                    hint: hint.map(|s| s.value),
+                });
+            }
+        }
+        out
+    }
+
+    // ---- typed accessors: each reports its own problem and returns None ----
+
+    fn table<'a, 'i>(&mut self, item: &'a Item<'i>, what: &str) -> Option<&'a DeTable<'i>> {
+        match item.get_ref() {
+            DeValue::Table(table) => Some(table),
+            _ => {
+                self.type_error(item, what, "a table");
+                None
+            }
+        }
+    }
+
+    fn array_of_tables<'a, 'i>(&mut self, item: &'a Item<'i>, what: &str) -> Vec<&'a Item<'i>> {
+        match item.get_ref() {
+            DeValue::Array(items) => items
+                .iter()
+                .filter(|entry| {
+                    let ok = entry.get_ref().is_table();
+                    if !ok {
+                        self.type_error(entry, &format!("an entry of {what}"), "a table");
+                    }
+                    ok
+                })
+                .collect(),
+            _ => {
+                self.type_error(item, what, "an array of tables");
+                Vec::new()
+            }
+        }
+    }
+
+    fn string(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<String>> {
+        match item.get_ref() {
+            DeValue::String(s) => Some(Sp::new(s.to_string(), item.span())),
+            _ => {
+                self.type_error(item, what, "a string");
+                None
+            }
+        }
+    }
+
+    fn required_string(
+        &mut self,
+        table: &DeTable<'_>,
+        key: &str,
+        section: &str,
+        span: Span,
+    ) -> Option<Sp<String>> {
+        match table.get(key) {
+            Some(value) => self.string(value, &format!("{key} in {section}")),
+            None => {
+                self.problems.push(
+                    Diagnostic::error(format!("{section} needs `{key}`"), Some(span))
+                        .label(format!("`{key}` missing")),
+                );
+                None
+            }
+        }
+    }
+
+    /// A string, or an array of strings.
+    fn string_list(&mut self, item: &Item<'_>, what: &str) -> Vec<Sp<String>> {
+        match item.get_ref() {
+            DeValue::String(s) => vec![Sp::new(s.to_string(), item.span())],
+            DeValue::Array(items) => items
+                .iter()
+                .filter_map(|entry| self.string(entry, what))
+                .collect(),
+            _ => {
+                self.type_error(item, what, "a string or an array of strings");
+                Vec::new()
+            }
+        }
+    }
+
+    fn boolean(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<bool>> {
+        match item.get_ref() {
+            DeValue::Boolean(b) => Some(Sp::new(*b, item.span())),
+            _ => {
+                self.type_error(item, what, "a boolean");
+                None
+            }
+        }
+    }
+
+    /// A non-negative integer that fits in u32.
+    fn count(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<u32>> {
+        match item.get_ref() {
+            DeValue::Integer(i) => {
+                let n = self.integer(i, item.span())?;
+                match u32::try_from(n) {
+                    Ok(n) => Some(Sp::new(n, item.span())),
+                    Err(_) => {
+                        self.problems.push(
+                            Diagnostic::error(
+                                format!("{what}: {n} is out of range"),
+                                Some(item.span()),
+                            )
+                            .label("expected a whole number from 0 to 4294967295"),
+                        );
+                        None
+                    }
+                }
+            }
+            _ => {
+                self.type_error(item, what, "an integer");
+                None
+            }
+        }
+    }
+
+    /// An integer, or a template string that renders to one per cell (`tp = "{tp}"`).
+    fn int_or_template(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<String>> {
+        match item.get_ref() {
+            DeValue::String(s) => Some(Sp::new(s.to_string(), item.span())),
+            DeValue::Integer(_) => self
+                .count(item, what)
+                .map(|n| Sp::new(n.value.to_string(), n.span)),
+            _ => {
+                self.type_error(item, what, "an integer or a template string");
+                None
+            }
+        }
+    }
+
+    fn duration(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<Duration>> {
+        let text = self.string(item, what)?;
+        match humantime::parse_duration(&text.value) {
+            Ok(d) if d.is_zero() => {
+                self.problems.push(
+                    Diagnostic::error(format!("{what} must be longer than zero"), Some(text.span))
+                        .label("zero"),
+                );
+                None
+            }
+            Ok(d) => Some(Sp::new(d, text.span)),
+            Err(err) => {
+                self.problems.push(
+                    Diagnostic::error(format!("{what} is not a duration"), Some(text.span))
+                        .label(err.to_string())
+                        .help("write a duration such as \"90s\", \"5m\" or \"1h 30m\""),
+                );
+                None
+            }
+        }
+    }
+
+    fn signature_name(&mut self, name: Sp<String>) -> Option<Sp<Signature>> {
+        match name.value.parse::<Signature>() {
+            Ok(sig) => Some(Sp::new(sig, name.span)),
+            Err(_) => {
+                let names = Signature::ALL.map(Signature::as_str);
+                let mut diag = Diagnostic::error(
+                    format!("unknown signature `{}`", name.value),
+                    Some(name.span),
+                )
+                .label("not a signature");
+                diag = match did_you_mean(&name.value, &names) {
+                    Some(near) => diag.help(format!("did you mean `{near}`?")),
+                    None => diag.help(format!("signatures: {}", names.join(", "))),
+                };
+                self.problems.push(diag);
+                None
+            }
+        }
+    }
+
+    fn type_error(&mut self, item: &Item<'_>, what: &str, expected: &str) {
+        self.problems.push(
+            Diagnostic::error(
+                format!(
+                    "{what} must be {expected}, found {}",
+                    item.get_ref().type_str()
+                ),
+                Some(item.span()),
+            )
+            .label(format!("expected {expected}")),
+        );
+    }
+
+    fn unknown_keys(&mut self, table: &DeTable<'_>, section: &str, known: &[&str]) {
+        for key in table.keys() {
+            let name = key.get_ref().as_ref();
+            if known.contains(&name) {
+                continue;
+            }
+            let mut diag = Diagnostic::error(
+                format!("unknown key `{name}` in {section}"),
+                Some(key.span()),
+            )
+            .label(format!(
+                "expected one of {}",
+                known
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            if let Some(near) = did_you_mean(name, known) {
+                diag = diag.help(format!("did you mean `{near}`?"));
+            } else if section == "the top level" && COMMON_KEYS.contains(&name) {
+                diag = diag.help(format!("`{name}` belongs in `[job]` or `[server]`"));
+            } else if section != "the top level" && TOP_KEYS.contains(&name) {
+                diag = diag.help(format!(
+                    "keys after a `[table]` header belong to that table: move `{name}` above the first header"
+                ));
+            }
+            self.problems.push(diag);
+        }
+    }
+}
+
+/// The closest candidate, when it is close enough to be a likely typo.
+pub(crate) fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    candidates
+        .iter()
+        .map(|c| (strsim::jaro_winkler(word, c), *c))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().last().unwrap_or_default().trim().to_owned()
+}
+
+/// How a scalar looks in TOML, for help texts.
+fn source_like(value: &DeValue<'_>) -> String {
+    match value {
+        DeValue::String(s) => format!("\"{s}\""),
+        DeValue::Integer(i) => i.as_str().to_owned(),
+        DeValue::Float(f) => f.as_str().to_owned(),
+        DeValue::Boolean(b) => b.to_string(),
+        _ => "...".to_owned(),
+    }
+}
