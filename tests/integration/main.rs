@@ -1,1 +1,5 @@
-//! One integration binary driving the real `gpucompat` CLI. Each area of the product has its own module.
+//! One integration-test binary driving the real `gpucompat` CLI (one module per capability).
+
+mod util;
+
+mod matrix;

@@ -1,0 +1,2 @@
+//! Placeholder replaced by the classifier throughput benchmark.
+fn main() {}

@@ -1,0 +1,2 @@
+//! Placeholder replaced by the expansion benchmark.
+fn main() {}
