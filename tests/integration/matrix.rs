@@ -14,3 +14,18 @@ fn shipped_matrices_check_clean() {
     assert!(!files.is_empty());
     gpucompat().arg("check").args(&files).assert().success();
 }
+
+#[test]
+fn bad_file_exits_2_with_location() {
+    let sandbox = crate::util::Sandbox::new();
+    let file = sandbox.file(
+        "bad.toml",
+        "[matrix]\nfi = [\"0.6.3\"]\n[job]\ncomand = \"true\"\n",
+    );
+    let out = gpucompat().arg("check").arg(&file).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bad.toml:4:1"), "{stderr}");
+    assert!(stderr.contains("did you mean `command`?"), "{stderr}");
+    assert!(sandbox.path().exists());
+}

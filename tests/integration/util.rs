@@ -4,28 +4,28 @@ use assert_cmd::Command;
 use std::path::{Path, PathBuf};
 
 /// The `gpucompat` binary built for this test run.
-pub fn gpucompat() -> Command {
+pub(crate) fn gpucompat() -> Command {
     assert_cmd::cargo::cargo_bin_cmd!("gpucompat")
 }
 
 /// A temporary folder that files can be written into; removed when dropped.
-pub struct Sandbox {
+pub(crate) struct Sandbox {
     dir: tempfile::TempDir,
 }
 
 impl Sandbox {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Sandbox {
             dir: tempfile::tempdir().expect("create temp dir"),
         }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
     /// Writes `text` to `name` (parents created) and returns its full path.
-    pub fn file(&self, name: &str, text: &str) -> PathBuf {
+    pub(crate) fn file(&self, name: &str, text: &str) -> PathBuf {
         let path = self.dir.path().join(name);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).expect("create parent");
@@ -36,6 +36,6 @@ impl Sandbox {
 }
 
 /// The repository root (where `Cargo.toml` is).
-pub fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
