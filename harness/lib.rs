@@ -11,10 +11,15 @@
 //! - [`cli`]: the command line; each subcommand is a thin wrapper over the modules above.
 //! - [`errors`]: exit codes and the error type the command line prints.
 
+pub mod classify;
 pub mod cli;
 pub mod diag;
 pub mod engines;
 pub mod errors;
+pub mod exec;
+pub mod inventory;
 pub mod matrix;
 pub mod record;
+pub mod run;
 pub mod signature;
+pub mod watchdog;

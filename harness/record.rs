@@ -192,8 +192,15 @@ pub struct CellRecord {
     /// RFC 3339 start time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<String>,
+    /// Processes of the cell still running after its main process exited (killed at teardown).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub leaked: u32,
     #[serde(default = "default_format_version")]
     pub format_version: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn default_format_version() -> u32 {
@@ -223,6 +230,12 @@ pub struct Manifest {
     /// A replay of recorded runs rather than a live run.
     #[serde(default)]
     pub replay: bool,
+    /// How many times the run was resumed after an interruption.
+    #[serde(default)]
+    pub resumes: u32,
+    /// Where the GPU list came from (`nvidia-smi`, an inventory file, none).
+    #[serde(default)]
+    pub inventory: String,
 }
 
 /// Lifecycle of a run folder.

@@ -48,6 +48,12 @@ enum Command {
     Report(report::ReportArgs),
     /// Compare two run folders cell by cell: regressed, fixed, still failing, flaky, spurious.
     Compare(report::CompareArgs),
+    /// Internal: the guardian that kills a run's cells if the harness dies.
+    #[command(name = "__reap", hide = true)]
+    Reap {
+        /// The run's token.
+        token: String,
+    },
 }
 
 /// Entry point of the binary.
@@ -83,6 +89,10 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Classify(args) => classify::run(args),
         Command::Report(args) => report::run(args),
         Command::Compare(args) => report::run_compare(args),
+        Command::Reap { token } => {
+            crate::exec::reaper::serve(&token, std::io::stdin().lock());
+            Ok(exit::SUCCESS)
+        }
     }
 }
 

@@ -1,22 +1,216 @@
 //! `gpucompat run`: run every cell of a matrix into a run folder.
 
-use crate::errors::CliError;
+use crate::errors::{CliError, exit};
+use crate::exec::logsink::LogLimits;
+use crate::inventory;
+use crate::record::Status;
+use crate::run::{self, RunOptions, RunSummary, progress::Reporter};
 use clap::Args;
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// Matrix file.
+    #[arg(value_name = "FILE")]
     file: PathBuf,
-    /// Run folder to write (created if missing).
-    #[arg(long)]
+    /// Run folder to write: results.jsonl, logs/, plan.json, manifest.json (created if missing).
+    #[arg(long, value_name = "DIR")]
     out: PathBuf,
+    /// Cells to run at a time [default: one per GPU, or one per CPU when no cell needs a GPU].
+    #[arg(long, short = 'j', value_name = "N")]
+    jobs: Option<usize>,
+    /// GPUs of this host as a TOML file of `[[gpu]]` tables (`index`, `name`, `arch`)
+    /// [default: detected with nvidia-smi].
+    #[arg(long, value_name = "FILE")]
+    inventory: Option<PathBuf>,
+    /// Finish an interrupted run in `--out`: cells with a record are not run again.
+    #[arg(long)]
+    resume: bool,
+    /// Run only this cell (repeatable); ids as `gpucompat matrix expand` prints them.
+    #[arg(long = "cell", value_name = "ID")]
+    cells: Vec<String>,
+    /// Where shared JIT caches live [default: $GPUCOMPAT_CACHE_DIR, else ~/.cache/gpucompat].
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Most of a cell's output kept in its log: the head and the tail, the middle dropped
+    /// (e.g. `64MiB`, `500KB`).
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
+    log_limit: u64,
+    /// Time between SIGTERM and SIGKILL when a cell is torn down.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    grace: Duration,
+}
+
+/// `64MiB`, `500KB`, `1G`, `4096`: a size in bytes.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (e.g. `64MiB`, `500KB`)"))?;
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        "gib" => 1 << 30,
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` (use KB, MiB, GB, ...)"
+            ));
+        }
+    };
+    let bytes = number
+        .checked_mul(factor)
+        .ok_or_else(|| format!("`{text}` is too large"))?;
+    if bytes < 1024 {
+        return Err(format!(
+            "`{text}` is too small to keep a useful log (at least 1KiB)"
+        ));
+    }
+    Ok(bytes)
+}
+
+fn default_cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("GPUCOMPAT_CACHE_DIR") {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(dir).join("gpucompat");
+    }
+    match std::env::var_os("HOME") {
+        Some(home) => PathBuf::from(home).join(".cache").join("gpucompat"),
+        None => std::env::temp_dir().join("gpucompat-cache"),
+    }
 }
 
 pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
-    Err(CliError::harness(anyhow::anyhow!(
-        "`run` is not available yet in this build (asked to run {} into {})",
-        args.file.display(),
-        args.out.display()
-    )))
+    let plan = super::matrix::load(&args.file)?;
+    let inventory = match &args.inventory {
+        Some(path) => inventory::load(path).map_err(CliError::input)?,
+        None => inventory::detect(),
+    };
+    let options = RunOptions {
+        out: args.out,
+        jobs: args.jobs,
+        inventory,
+        resume: args.resume,
+        cells: args.cells,
+        cache_root: args.cache_dir.unwrap_or_else(default_cache_dir),
+        limits: LogLimits::from_total(args.log_limit),
+        grace: args.grace,
+        reaper_exe: std::env::current_exe().ok(),
+        interactive: Reporter::stderr_is_interactive(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(CliError::harness)?;
+    let summary = runtime
+        .block_on(run::execute(plan, options))
+        .map_err(|err| {
+            if err.is_input() {
+                CliError::input(err)
+            } else {
+                CliError::harness(err)
+            }
+        })?;
+    // Cells may still be tearing down their last output streams; do not wait for them.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    super::print_stdout(&summary_text(&summary))?;
+    Ok(exit_code(&summary))
+}
+
+/// 130 when interrupted; 1 when a cell failed unexpectedly, passed unexpectedly (xpass) or hit
+/// an infrastructure error; 0 otherwise.
+fn exit_code(summary: &RunSummary) -> u8 {
+    if summary.interrupted.is_some() {
+        return exit::INTERRUPTED;
+    }
+    let bad = summary
+        .records
+        .iter()
+        .any(|r| r.status.is_unexpected() || r.status == Status::Error);
+    if bad { exit::FAILURES } else { exit::SUCCESS }
+}
+
+fn summary_text(summary: &RunSummary) -> String {
+    let mut counts: Vec<(Status, usize)> = Vec::new();
+    for record in &summary.records {
+        match counts.iter_mut().find(|(s, _)| *s == record.status) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((record.status, 1)),
+        }
+    }
+    counts.sort();
+    let mut text = format!(
+        "\n{} cells with results: {}\n",
+        summary.records.len(),
+        counts
+            .iter()
+            .map(|(s, n)| format!("{n} {s}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let notable: Vec<Vec<String>> = summary
+        .records
+        .iter()
+        .filter(|r| !matches!(r.status, Status::Pass))
+        .map(|r| {
+            vec![
+                r.status.as_str().to_owned(),
+                r.id.clone(),
+                r.signature.map_or("-", |s| s.as_str()).to_owned(),
+                r.phase.map_or("-", |p| p.as_str()).to_owned(),
+                match r.status {
+                    Status::Skip | Status::Xpass | Status::Flaky | Status::Error => {
+                        r.reason.clone().unwrap_or_default()
+                    }
+                    _ => r.log.clone(),
+                },
+            ]
+        })
+        .collect();
+    if !notable.is_empty() {
+        text.push('\n');
+        text.push_str(&super::table::render(
+            &["status", "cell", "signature", "phase", "log / reason"],
+            &notable,
+        ));
+    }
+    if let Some(torn_down) = summary.interrupted {
+        text.push_str(&format!(
+            "\ninterrupted: {} cell(s) kept in {}; {torn_down} not finished; finish with `gpucompat run ... --out {} --resume`\n",
+            summary.records.len(),
+            summary.folder.join(run::folder::RESULTS).display(),
+            summary.folder.display()
+        ));
+    } else {
+        text.push_str(&format!(
+            "\nresults: {}\n",
+            summary.folder.join(run::folder::RESULTS).display()
+        ));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("500KB"), Ok(500_000));
+        assert_eq!(parse_size("2048"), Ok(2048));
+        assert!(parse_size("12").is_err());
+        assert!(parse_size("5 parsecs").is_err());
+        assert!(parse_size("99999999999999999999GB").is_err());
+    }
 }

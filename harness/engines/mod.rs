@@ -21,6 +21,18 @@ pub enum MetricName {
     TokensPerS,
 }
 
+/// Stores an engine-reported value into the matching field of `metrics`.
+pub fn store_metric(metrics: &mut crate::record::Metrics, name: MetricName, value: f64) {
+    let slot = match name {
+        MetricName::TimeToReady => &mut metrics.time_to_ready_s,
+        MetricName::Jit => &mut metrics.jit_s,
+        MetricName::Ttft => &mut metrics.ttft_s,
+        MetricName::Tpot => &mut metrics.tpot_s,
+        MetricName::TokensPerS => &mut metrics.tokens_per_s,
+    };
+    *slot = Some(value);
+}
+
 /// A log-line pattern whose first capture group is the metric's value (in seconds or tokens/s).
 #[derive(Debug, Clone)]
 pub struct MetricPattern {
@@ -76,10 +88,15 @@ pub fn resolve(spec: &ServerSpec) -> Result<ResolvedServer, EngineError> {
     };
     match spec.kind {
         ServerKind::Generic => {
-            let command = spec.command.clone().ok_or(EngineError::Missing {
+            let mut command = spec.command.clone().ok_or(EngineError::Missing {
                 engine: "server",
                 key: "command",
             })?;
+            // `args` extends the command, so an axis can add flags to a shared command line.
+            if let Some(args) = spec.args.as_deref().filter(|a| !a.trim().is_empty()) {
+                command.push(' ');
+                command.push_str(args);
+            }
             let ready_line = regex("ready-line", &spec.ready_line)?;
             let health = match (&spec.health, &ready_line) {
                 (Some(path), _) => Some(path.clone()),

@@ -1,0 +1,17 @@
+//! The only module that starts processes.
+//!
+//! - [`process`]: a cell's command in its own process group, output drained concurrently into a
+//!   bounded log, teardown as TERM to the group, a grace period, KILL, then a check that nothing
+//!   of the cell is left.
+//! - [`procfs`]: finds a cell's processes (by process group and by the token every cell process
+//!   carries in its environment, which survives `setsid`) and reads their CPU time.
+//! - [`logsink`]: the bounded log file (head and tail kept, the middle dropped with a marker).
+//! - [`reaper`]: a guardian process that kills every cell process if the harness dies, even by
+//!   SIGKILL, when the pipe it listens on closes.
+//! - [`probe`]: short synchronous commands whose output is captured (`nvidia-smi`).
+
+pub mod logsink;
+pub mod probe;
+pub mod process;
+pub mod procfs;
+pub mod reaper;

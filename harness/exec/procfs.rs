@@ -1,0 +1,192 @@
+//! What `/proc` says about a cell's processes.
+//!
+//! A cell's processes are those in its process group plus those whose environment carries the
+//! cell's token: a server that calls `setsid` for its workers leaves the group but keeps the
+//! environment it inherited, so the token still finds it.
+
+use std::collections::HashMap;
+use std::fs;
+
+/// The environment variable every process of a run carries (value: the run token).
+pub const RUN_TOKEN_VAR: &str = "GPUCOMPAT_RUN_TOKEN";
+/// The environment variable every process of one cell attempt carries.
+pub const CELL_TOKEN_VAR: &str = "GPUCOMPAT_CELL_TOKEN";
+
+/// One live process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcInfo {
+    pub pid: i32,
+    pub ppid: i32,
+    pub pgid: i32,
+    /// User + system CPU time, own and of waited-for children, in clock ticks.
+    pub cpu_ticks: u64,
+    /// `R`, `S`, `D`, `Z`, ... as in `ps`.
+    pub state: char,
+}
+
+impl ProcInfo {
+    /// A zombie has exited; only its parent's `wait` is missing.
+    pub fn is_alive(&self) -> bool {
+        self.state != 'Z' && self.state != 'X'
+    }
+}
+
+/// Which processes belong to a cell.
+#[derive(Debug, Clone)]
+pub struct Selector {
+    /// Process group of the cell's main process.
+    pub pgid: Option<i32>,
+    /// `NAME=value` that must appear in the process's environment.
+    pub env_marker: Option<Vec<u8>>,
+}
+
+impl Selector {
+    pub fn cell(pgid: i32, cell_token: &str) -> Self {
+        Selector {
+            pgid: Some(pgid),
+            env_marker: Some(format!("{CELL_TOKEN_VAR}={cell_token}").into_bytes()),
+        }
+    }
+
+    pub fn run(run_token: &str) -> Self {
+        Selector {
+            pgid: None,
+            env_marker: Some(format!("{RUN_TOKEN_VAR}={run_token}").into_bytes()),
+        }
+    }
+}
+
+/// Parses `/proc/<pid>/stat`. The command name may hold spaces and parentheses, so fields are
+/// counted from the last `)`.
+pub fn parse_stat(text: &str) -> Option<ProcInfo> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let pid = text[..open].trim().parse().ok()?;
+    let fields: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
+    // fields[0] is field 3 of proc(5): state; utime is field 14, so index 11.
+    let number = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    Some(ProcInfo {
+        pid,
+        state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
+        pgid: fields.get(2)?.parse().ok()?,
+        cpu_ticks: number(11)? + number(12)? + number(13)? + number(14)?,
+    })
+}
+
+fn read_stat(pid: i32) -> Option<ProcInfo> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn environ_has(pid: i32, marker: &[u8]) -> bool {
+    let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    environ.split(|b| *b == 0).any(|entry| entry == marker)
+}
+
+fn all_pids() -> Vec<i32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Every process the selector matches, zombies included, except this one.
+pub fn find(selector: &Selector) -> Vec<ProcInfo> {
+    let me = std::process::id() as i32;
+    all_pids()
+        .into_iter()
+        .filter(|&pid| pid != me)
+        .filter_map(read_stat)
+        .filter(|info| {
+            selector.pgid == Some(info.pgid)
+                || selector
+                    .env_marker
+                    .as_deref()
+                    .is_some_and(|marker| environ_has(info.pid, marker))
+        })
+        .collect()
+}
+
+/// Live (non-zombie) processes the selector matches.
+pub fn find_alive(selector: &Selector) -> Vec<ProcInfo> {
+    find(selector)
+        .into_iter()
+        .filter(ProcInfo::is_alive)
+        .collect()
+}
+
+/// CPU ticks per second (`getconf CLK_TCK`); 100 on every Linux the project runs on.
+pub const TICKS_PER_SECOND: u64 = 100;
+
+/// CPU time consumed by a set of processes between two samples: the sum of each process's
+/// increase (a process that exits between samples stops counting, it does not subtract), plus a
+/// full tick for every process that appeared (a fork is activity).
+#[derive(Debug, Default)]
+pub struct CpuMeter {
+    last: HashMap<i32, u64>,
+}
+
+impl CpuMeter {
+    /// Ticks used since the previous call.
+    pub fn sample(&mut self, procs: &[ProcInfo]) -> u64 {
+        let mut used = 0;
+        let mut next = HashMap::with_capacity(procs.len());
+        for info in procs {
+            used += match self.last.get(&info.pid) {
+                Some(&before) => info.cpu_ticks.saturating_sub(before),
+                None if self.last.is_empty() => 0,
+                None => 1,
+            };
+            next.insert(info.pid, info.cpu_ticks);
+        }
+        self.last = next;
+        used
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_awkward_names() {
+        let line =
+            "4242 (python3 (worker) 1) S 4000 4100 4100 0 -1 4194560 100 0 0 0 250 30 7 3 20 0 4 0";
+        let info = parse_stat(line).expect("parse");
+        assert_eq!(info.pid, 4242);
+        assert_eq!(info.ppid, 4000);
+        assert_eq!(info.pgid, 4100);
+        assert_eq!(info.state, 'S');
+        assert_eq!(info.cpu_ticks, 250 + 30 + 7 + 3);
+    }
+
+    #[test]
+    fn finds_itself_by_nothing_and_a_child_by_group() {
+        // This process is excluded; a selector that matches nothing finds nothing.
+        let none = Selector {
+            pgid: Some(-5),
+            env_marker: None,
+        };
+        assert!(find(&none).is_empty());
+    }
+
+    #[test]
+    fn cpu_meter_counts_increases_and_new_processes() {
+        let p = |pid, cpu_ticks| ProcInfo {
+            pid,
+            ppid: 1,
+            pgid: 1,
+            cpu_ticks,
+            state: 'S',
+        };
+        let mut meter = CpuMeter::default();
+        assert_eq!(meter.sample(&[p(1, 100)]), 0);
+        assert_eq!(meter.sample(&[p(1, 130), p(2, 500)]), 31);
+        // Process 1 exited: no negative contribution.
+        assert_eq!(meter.sample(&[p(2, 505)]), 5);
+    }
+}

@@ -1,0 +1,235 @@
+//! The run folder: what a run keeps, written so that a crash or Ctrl-C never corrupts it.
+//!
+//! ```text
+//! DIR/manifest.json     what ran, where, when, and whether it finished (replaced atomically)
+//! DIR/plan.json         the expanded plan
+//! DIR/results.jsonl     one record per finished cell, appended and synced as the cell finishes
+//! DIR/logs/<cell>.log   each cell's log (`<cell>.attemptN.log` for retries)
+//! DIR/.lock             held while a run writes the folder
+//! ```
+//! `results.jsonl` is append-only: when a cell appears twice (a skipped cell run again on
+//! resume), the last record wins. A line cut short by a crash is dropped on resume.
+
+use crate::record::{CellRecord, Manifest};
+use nix::fcntl::{Flock, FlockArg};
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+pub const RESULTS: &str = "results.jsonl";
+pub const MANIFEST: &str = "manifest.json";
+pub const PLAN: &str = "plan.json";
+pub const LOGS: &str = "logs";
+
+/// A run folder could not be opened or written.
+#[derive(Debug, thiserror::Error)]
+pub enum FolderError {
+    #[error(
+        "run folder `{0}` already holds a run; pass `--resume` to finish it, or choose another `--out`"
+    )]
+    NotEmpty(String),
+    #[error("nothing to resume in `{0}`: it has no {MANIFEST}")]
+    NothingToResume(String),
+    #[error(
+        "cannot resume `{path}`: it ran another matrix file (hash {recorded}, now {current}); use a new `--out`"
+    )]
+    OtherMatrix {
+        path: String,
+        recorded: String,
+        current: String,
+    },
+    #[error("another gpucompat run is writing `{0}`")]
+    Locked(String),
+    #[error("`{path}` line {line} is not a cell record")]
+    Corrupt {
+        path: String,
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot write run folder `{path}`")]
+    Io {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl FolderError {
+    /// Whether the user can fix it by changing arguments (exit 2) rather than a harness fault.
+    pub fn is_input(&self) -> bool {
+        matches!(
+            self,
+            FolderError::NotEmpty(_)
+                | FolderError::NothingToResume(_)
+                | FolderError::OtherMatrix { .. }
+                | FolderError::Locked(_)
+        )
+    }
+}
+
+/// What an opened folder already held: the manifest and the last record per cell id.
+pub type Previous = (Option<Manifest>, HashMap<String, CellRecord>);
+
+/// An open run folder, locked for this run.
+#[derive(Debug)]
+pub struct RunFolder {
+    root: PathBuf,
+    results: File,
+    _lock: Flock<File>,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> FolderError + '_ {
+    move |source| FolderError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+impl RunFolder {
+    /// Opens `root` for a new run, or for finishing one with `resume`. Returns the records a
+    /// resumed run already has (last one per cell id).
+    pub fn open(
+        root: &Path,
+        matrix_hash: &str,
+        resume: bool,
+    ) -> Result<(RunFolder, Previous), FolderError> {
+        let shown = root.display().to_string();
+        fs::create_dir_all(root.join(LOGS)).map_err(io_err(root))?;
+        let lock_path = root.join(".lock");
+        let lock_file = File::create(&lock_path).map_err(io_err(&lock_path))?;
+        let lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock)
+            .map_err(|_| FolderError::Locked(shown.clone()))?;
+        let manifest_path = root.join(MANIFEST);
+        let results_path = root.join(RESULTS);
+        let mut previous = None;
+        let mut records = HashMap::new();
+        if resume {
+            let text = fs::read_to_string(&manifest_path)
+                .map_err(|_| FolderError::NothingToResume(shown.clone()))?;
+            let manifest: Manifest =
+                serde_json::from_str(&text).map_err(|source| FolderError::Corrupt {
+                    path: manifest_path.display().to_string(),
+                    line: 1,
+                    source,
+                })?;
+            if manifest.matrix_hash != matrix_hash {
+                return Err(FolderError::OtherMatrix {
+                    path: shown,
+                    recorded: short(&manifest.matrix_hash),
+                    current: short(matrix_hash),
+                });
+            }
+            records = read_results(&results_path, true)?;
+            previous = Some(manifest);
+        } else if manifest_path.exists() || results_path.exists() {
+            return Err(FolderError::NotEmpty(shown));
+        }
+        let results = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&results_path)
+            .map_err(io_err(&results_path))?;
+        Ok((
+            RunFolder {
+                root: root.to_path_buf(),
+                results,
+                _lock: lock,
+            },
+            (previous, records),
+        ))
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The log of one attempt: (absolute path, path relative to the run folder).
+    pub fn log_path(&self, cell: &str, attempt: u32) -> (PathBuf, String) {
+        let relative = log_relative(cell, attempt);
+        (self.root.join(&relative), relative)
+    }
+
+    /// Appends one record as one line, then syncs it to disk.
+    pub fn append(&mut self, record: &CellRecord) -> Result<(), FolderError> {
+        let path = self.root.join(RESULTS);
+        let mut line = serde_json::to_vec(record).map_err(|e| FolderError::Io {
+            path: path.display().to_string(),
+            source: io::Error::other(e),
+        })?;
+        line.push(b'\n');
+        self.results
+            .write_all(&line)
+            .and_then(|()| self.results.sync_data())
+            .map_err(io_err(&path))
+    }
+
+    /// Replaces `name` atomically (write a temporary file, sync, rename).
+    pub fn write_atomic(&self, name: &str, contents: &[u8]) -> Result<(), FolderError> {
+        let path = self.root.join(name);
+        let tmp = self.root.join(format!(".{name}.tmp"));
+        (|| {
+            let mut file = File::create(&tmp)?;
+            file.write_all(contents)?;
+            file.sync_all()?;
+            fs::rename(&tmp, &path)
+        })()
+        .map_err(io_err(&path))
+    }
+
+    pub fn write_manifest(&self, manifest: &Manifest) -> Result<(), FolderError> {
+        let mut text = serde_json::to_vec_pretty(manifest).map_err(|e| FolderError::Io {
+            path: MANIFEST.to_owned(),
+            source: io::Error::other(e),
+        })?;
+        text.push(b'\n');
+        self.write_atomic(MANIFEST, &text)
+    }
+}
+
+/// Where the log of a cell attempt lives, relative to the run folder.
+pub fn log_relative(cell: &str, attempt: u32) -> String {
+    if attempt <= 1 {
+        format!("{LOGS}/{cell}.log")
+    } else {
+        format!("{LOGS}/{cell}.attempt{attempt}.log")
+    }
+}
+
+fn short(hash: &str) -> String {
+    hash.chars().take(12).collect()
+}
+
+/// Reads `results.jsonl`: the last record per cell id. With `repair`, a final line cut short by a
+/// crash is removed from the file; anywhere else a bad line is an error.
+pub fn read_results(path: &Path, repair: bool) -> Result<HashMap<String, CellRecord>, FolderError> {
+    let mut records = HashMap::new();
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(records),
+        Err(source) => return Err(io_err(path)(source)),
+    };
+    let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    for (number, line) in bytes[..complete].split(|b| *b == b'\n').enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let record: CellRecord =
+            serde_json::from_slice(line).map_err(|source| FolderError::Corrupt {
+                path: path.display().to_string(),
+                line: number + 1,
+                source,
+            })?;
+        records.insert(record.id.clone(), record);
+    }
+    if complete < bytes.len() && repair {
+        // The tail after the last newline is a record the crash cut short.
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(io_err(path))?;
+        file.set_len(complete as u64).map_err(io_err(path))?;
+    }
+    Ok(records)
+}
