@@ -455,9 +455,8 @@ async fn finish(shared: &Shared, running: &mut Running, log: &SharedLog, result:
     if let Some(reaper) = &shared.reaper {
         reaper.unregister(running.pgid());
     }
-    if result.exit.is_none() && result.trouble.is_none() {
-        result.exit = running.exit_status().map(process::exit_of);
-    }
+    // `result.exit` is only ever how the cell's process ended by itself: a server stopped by
+    // this teardown did not "exit with SIGTERM".
     let mut sink = process::lock(log);
     if main_exited && report.found > 0 {
         result.leaked = report.found;
