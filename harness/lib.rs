@@ -19,6 +19,7 @@ pub mod errors;
 pub mod exec;
 pub mod inventory;
 pub mod matrix;
+pub mod provision;
 pub mod record;
 pub mod run;
 pub mod signature;

@@ -1,0 +1,404 @@
+//! Environments: a cell's pins installed once per distinct pin set, reused by every cell that
+//! needs the same set.
+//!
+//! An environment is a virtual environment in `CACHE/envs/<hash>`, where the hash covers the
+//! interpreter, the base requirement file's text, the pins and the index settings. It is created
+//! with uv when uv is on `PATH` (`GPUCOMPAT_INSTALLER=pip` forces pip), from an index or an
+//! offline wheelhouse (`find-links`, `no-index`), optionally over the system's packages (its
+//! torch). One installer per environment at a time: the others wait on a lock file. The
+//! environment becomes usable only when its `.gpucompat-ready` marker is written, after a
+//! successful install; a failed or interrupted install leaves no marker, and the next cell that
+//! needs the environment wipes it and starts again. Installers run as cell processes (their own
+//! process group, torn down on Ctrl-C, killed by the reaper if the harness dies).
+
+use crate::exec::process::{self, CellCommand, SharedLog};
+use crate::exec::reaper::Reaper;
+use crate::matrix::{Cell, Pin, Plan, PythonEnv};
+use nix::fcntl::{Flock, FlockArg};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Written into an environment after a successful install; its absence means "not usable".
+pub const READY_MARKER: &str = ".gpucompat-ready";
+
+/// Everything that decides what an environment holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EnvSpec {
+    /// Interpreter the environment is created from.
+    pub python: String,
+    /// Base requirement file (absolute) and its text, which the hash covers.
+    pub requirements: Option<(PathBuf, String)>,
+    pub pins: Vec<Pin>,
+    pub index_url: Option<String>,
+    /// Wheelhouse folders, absolute.
+    pub find_links: Vec<PathBuf>,
+    pub no_index: bool,
+    pub system_site_packages: bool,
+}
+
+/// Which tool installs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Installer {
+    Uv,
+    Pip,
+}
+
+impl Installer {
+    /// uv when it is on `PATH`, pip otherwise; `GPUCOMPAT_INSTALLER=uv|pip` decides when set.
+    pub fn detect() -> Installer {
+        match std::env::var("GPUCOMPAT_INSTALLER").ok().as_deref() {
+            Some("pip") => return Installer::Pip,
+            Some("uv") => return Installer::Uv,
+            _ => {}
+        }
+        let on_path = std::env::var_os("PATH").is_some_and(|path| {
+            std::env::split_paths(&path).any(|dir| dir.join("uv").is_file())
+        });
+        if on_path { Installer::Uv } else { Installer::Pip }
+    }
+}
+
+/// A ready environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provisioned {
+    pub dir: PathBuf,
+    /// The environment's interpreter.
+    pub python: PathBuf,
+    /// Whether it was already installed (no work done).
+    pub reused: bool,
+    /// Seconds spent, waiting for the lock included.
+    pub seconds: f64,
+}
+
+/// Why an environment could not be provided.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionError {
+    #[error("cannot read the base requirement file `{path}`")]
+    Requirements {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot prepare `{path}`")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The install command failed; its output is in the cell's log.
+    #[error("`{step}` failed ({status})")]
+    Install { step: String, status: String },
+    #[error("interrupted while provisioning")]
+    Interrupted,
+}
+
+impl EnvSpec {
+    /// The environment a cell needs, or `None` when the plan installs nothing.
+    pub fn for_cell(plan: &Plan, cell: &Cell) -> Result<Option<EnvSpec>, ProvisionError> {
+        let Some(python) = &plan.python else {
+            return Ok(None);
+        };
+        let requirements = match &cell.requirements {
+            Some(path) => {
+                let path = plan.dir.join(path);
+                let text =
+                    fs::read_to_string(&path).map_err(|source| ProvisionError::Requirements {
+                        path: path.display().to_string(),
+                        source,
+                    })?;
+                Some((absolute(&path), text))
+            }
+            None => None,
+        };
+        Ok(Some(EnvSpec::new(plan, python, requirements, &cell.pins)))
+    }
+
+    fn new(
+        plan: &Plan,
+        python: &PythonEnv,
+        requirements: Option<(PathBuf, String)>,
+        pins: &[Pin],
+    ) -> EnvSpec {
+        EnvSpec {
+            python: python.python.clone().unwrap_or_else(|| "python3".to_owned()),
+            requirements,
+            pins: pins.to_vec(),
+            index_url: python.index_url.clone(),
+            find_links: python
+                .find_links
+                .iter()
+                .map(|p| absolute(&plan.dir.join(p)))
+                .collect(),
+            no_index: python.no_index,
+            system_site_packages: python.system_site_packages,
+        }
+    }
+
+    /// A stable name for the environment: 16 hex digits of the sha256 of its spec.
+    pub fn hash(&self) -> String {
+        let canonical = serde_json::to_vec(self).unwrap_or_default();
+        Sha256::digest(&canonical)[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// The shell commands that create the environment in `dir`.
+    pub fn steps(&self, installer: Installer, dir: &Path) -> Vec<String> {
+        let q = |p: &Path| shell_quote(&p.display().to_string());
+        let mut source = Vec::new();
+        if let Some(url) = &self.index_url {
+            source.push(format!("--index-url {}", shell_quote(url)));
+        }
+        for link in &self.find_links {
+            source.push(format!("--find-links {}", q(link)));
+        }
+        if self.no_index {
+            source.push("--no-index".to_owned());
+        }
+        let mut wanted = Vec::new();
+        if let Some((path, _)) = &self.requirements {
+            wanted.push(format!("-r {}", q(path)));
+        }
+        wanted.extend(self.pins.iter().map(|p| shell_quote(&p.to_string())));
+        let site = if self.system_site_packages {
+            " --system-site-packages"
+        } else {
+            ""
+        };
+        let python = dir.join("bin").join("python");
+        let mut steps = match installer {
+            Installer::Uv => vec![format!(
+                "uv venv --quiet --python {}{site} {}",
+                shell_quote(&self.python),
+                q(dir)
+            )],
+            Installer::Pip => vec![format!(
+                "{} -m venv{site} {}",
+                shell_quote(&self.python),
+                q(dir)
+            )],
+        };
+        if !wanted.is_empty() {
+            let args = source.into_iter().chain(wanted).collect::<Vec<_>>().join(" ");
+            steps.push(match installer {
+                Installer::Uv => format!("uv pip install --python {} {args}", q(&python)),
+                Installer::Pip => format!(
+                    "{} -m pip install --disable-pip-version-check --no-input {args}",
+                    q(&python)
+                ),
+            });
+        }
+        steps
+    }
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Single-quotes `text` for `sh` when it holds anything but safe characters.
+pub fn shell_quote(text: &str) -> String {
+    let safe = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if safe {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+/// What provisioning needs from the run.
+#[derive(Debug)]
+pub struct Context<'a> {
+    pub cache_root: &'a Path,
+    pub cwd: &'a Path,
+    pub run_token: &'a str,
+    pub cell_token: &'a str,
+    pub reaper: Option<&'a Reaper>,
+    pub grace: Duration,
+}
+
+/// Provides the environment, installing it if no cell did before. Progress and installer
+/// output go to the cell's log.
+pub async fn provision(
+    spec: &EnvSpec,
+    cx: &Context<'_>,
+    log: &SharedLog,
+    cancel: &mut watch::Receiver<bool>,
+) -> Result<Provisioned, ProvisionError> {
+    let clock = Instant::now();
+    let envs = cx.cache_root.join("envs");
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| ProvisionError::Io { path, source }
+    };
+    fs::create_dir_all(&envs).map_err(io(&envs))?;
+    let hash = spec.hash();
+    let dir = envs.join(&hash);
+    let python = dir.join("bin").join("python");
+    let done = |reused| Provisioned {
+        dir: dir.clone(),
+        python: python.clone(),
+        reused,
+        seconds: clock.elapsed().as_secs_f64(),
+    };
+    if dir.join(READY_MARKER).exists() {
+        process::lock(log).note(&format!("environment {hash}: reused ({})", dir.display()));
+        return Ok(done(true));
+    }
+    let lock_path = envs.join(format!("{hash}.lock"));
+    let mut announced = false;
+    let _lock = loop {
+        let file = File::create(&lock_path).map_err(io(&lock_path))?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => break lock,
+            Err(_) => {
+                if !announced {
+                    process::lock(log)
+                        .note(&format!("environment {hash}: another cell is installing it; waiting"));
+                    announced = true;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    _ = cancel.wait_for(|c| *c) => return Err(ProvisionError::Interrupted),
+                }
+            }
+        }
+    };
+    if dir.join(READY_MARKER).exists() {
+        process::lock(log).note(&format!(
+            "environment {hash}: installed by another cell while this one waited"
+        ));
+        return Ok(done(true));
+    }
+    if dir.exists() {
+        process::lock(log).note(&format!(
+            "environment {hash}: removing an incomplete earlier install"
+        ));
+        fs::remove_dir_all(&dir).map_err(io(&dir))?;
+    }
+    let installer = Installer::detect();
+    process::lock(log).note(&format!(
+        "environment {hash}: installing with {installer:?} into {}",
+        dir.display()
+    ));
+    for step in spec.steps(installer, &dir) {
+        run_step(&step, cx, log, cancel).await?;
+    }
+    let spec_text = serde_json::to_vec_pretty(spec).unwrap_or_default();
+    let marker = dir.join(READY_MARKER);
+    fs::write(dir.join("gpucompat-env.json"), spec_text)
+        .and_then(|()| fs::write(&marker, b"ok\n"))
+        .map_err(io(&marker))?;
+    process::lock(log).note(&format!(
+        "environment {hash}: ready after {:.1}s",
+        clock.elapsed().as_secs_f64()
+    ));
+    Ok(done(false))
+}
+
+async fn run_step(
+    step: &str,
+    cx: &Context<'_>,
+    log: &SharedLog,
+    cancel: &mut watch::Receiver<bool>,
+) -> Result<(), ProvisionError> {
+    process::lock(log).note(&format!("install: {step}"));
+    let command = CellCommand {
+        script: step.to_owned(),
+        cwd: cx.cwd.to_path_buf(),
+        env: vec![
+            ("UV_PYTHON_DOWNLOADS".to_owned(), "never".to_owned()),
+            ("PIP_NO_INPUT".to_owned(), "1".to_owned()),
+        ],
+        run_token: cx.run_token.to_owned(),
+        cell_token: format!("{}.install", cx.cell_token),
+    };
+    let mut running = process::spawn(&command, log).map_err(|source| ProvisionError::Io {
+        path: "sh".to_owned(),
+        source,
+    })?;
+    if let Some(reaper) = cx.reaper {
+        reaper.register(running.pgid());
+    }
+    let outcome = tokio::select! {
+        status = running.wait() => Some(status),
+        _ = cancel.wait_for(|c| *c) => None,
+    };
+    running.teardown(cx.grace).await;
+    if let Some(reaper) = cx.reaper {
+        reaper.unregister(running.pgid());
+    }
+    match outcome {
+        None => Err(ProvisionError::Interrupted),
+        Some(Ok(status)) if status.success() => Ok(()),
+        Some(Ok(status)) => Err(ProvisionError::Install {
+            step: step.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+            status: status.to_string(),
+        }),
+        Some(Err(source)) => Err(ProvisionError::Io {
+            path: "sh".to_owned(),
+            source,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> EnvSpec {
+        EnvSpec {
+            python: "python3".to_owned(),
+            requirements: None,
+            pins: vec![Pin {
+                name: "flashinfer-python".to_owned(),
+                version: "0.6.3".to_owned(),
+            }],
+            index_url: None,
+            find_links: vec![PathBuf::from("/w h/wheels")],
+            no_index: true,
+            system_site_packages: true,
+        }
+    }
+
+    #[test]
+    fn hash_follows_the_spec() {
+        let a = spec();
+        let mut b = spec();
+        assert_eq!(a.hash(), b.hash());
+        b.pins[0].version = "0.6.8.post1".to_owned();
+        assert_ne!(a.hash(), b.hash());
+        assert_eq!(a.hash().len(), 16);
+    }
+
+    #[test]
+    fn install_steps_for_both_installers() {
+        let dir = Path::new("/cache/envs/abc");
+        let pip = spec().steps(Installer::Pip, dir);
+        assert_eq!(pip[0], "python3 -m venv --system-site-packages /cache/envs/abc");
+        assert_eq!(
+            pip[1],
+            "/cache/envs/abc/bin/python -m pip install --disable-pip-version-check --no-input --find-links '/w h/wheels' --no-index flashinfer-python==0.6.3"
+        );
+        let uv = spec().steps(Installer::Uv, dir);
+        assert!(uv[0].starts_with("uv venv --quiet --python python3 --system-site-packages"));
+        assert!(uv[1].starts_with("uv pip install --python /cache/envs/abc/bin/python"));
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("a==1.0"), "a==1.0");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+}
