@@ -22,5 +22,6 @@ pub mod matrix;
 pub mod provision;
 pub mod record;
 pub mod run;
+pub mod schedule;
 pub mod signature;
 pub mod watchdog;

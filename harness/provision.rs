@@ -57,10 +57,13 @@ impl Installer {
             Some("uv") => return Installer::Uv,
             _ => {}
         }
-        let on_path = std::env::var_os("PATH").is_some_and(|path| {
-            std::env::split_paths(&path).any(|dir| dir.join("uv").is_file())
-        });
-        if on_path { Installer::Uv } else { Installer::Pip }
+        let on_path = std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("uv").is_file()));
+        if on_path {
+            Installer::Uv
+        } else {
+            Installer::Pip
+        }
     }
 }
 
@@ -126,7 +129,10 @@ impl EnvSpec {
         pins: &[Pin],
     ) -> EnvSpec {
         EnvSpec {
-            python: python.python.clone().unwrap_or_else(|| "python3".to_owned()),
+            python: python
+                .python
+                .clone()
+                .unwrap_or_else(|| "python3".to_owned()),
             requirements,
             pins: pins.to_vec(),
             index_url: python.index_url.clone(),
@@ -186,7 +192,11 @@ impl EnvSpec {
             )],
         };
         if !wanted.is_empty() {
-            let args = source.into_iter().chain(wanted).collect::<Vec<_>>().join(" ");
+            let args = source
+                .into_iter()
+                .chain(wanted)
+                .collect::<Vec<_>>()
+                .join(" ");
             steps.push(match installer {
                 Installer::Uv => format!("uv pip install --python {} {args}", q(&python)),
                 Installer::Pip => format!(
@@ -263,8 +273,9 @@ pub async fn provision(
             Ok(lock) => break lock,
             Err(_) => {
                 if !announced {
-                    process::lock(log)
-                        .note(&format!("environment {hash}: another cell is installing it; waiting"));
+                    process::lock(log).note(&format!(
+                        "environment {hash}: another cell is installing it; waiting"
+                    ));
                     announced = true;
                 }
                 tokio::select! {
@@ -342,7 +353,11 @@ async fn run_step(
         None => Err(ProvisionError::Interrupted),
         Some(Ok(status)) if status.success() => Ok(()),
         Some(Ok(status)) => Err(ProvisionError::Install {
-            step: step.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+            step: step
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
             status: status.to_string(),
         }),
         Some(Err(source)) => Err(ProvisionError::Io {
@@ -385,7 +400,10 @@ mod tests {
     fn install_steps_for_both_installers() {
         let dir = Path::new("/cache/envs/abc");
         let pip = spec().steps(Installer::Pip, dir);
-        assert_eq!(pip[0], "python3 -m venv --system-site-packages /cache/envs/abc");
+        assert_eq!(
+            pip[0],
+            "python3 -m venv --system-site-packages /cache/envs/abc"
+        );
         assert_eq!(
             pip[1],
             "/cache/envs/abc/bin/python -m pip install --disable-pip-version-check --no-input --find-links '/w h/wheels' --no-index flashinfer-python==0.6.3"
