@@ -1,0 +1,29 @@
+//! Failure classification: name the root cause of a failed cell from its log and how it ended
+//! (DESIGN.md "Signatures").
+//!
+//! Brief overview:
+//! - `rules.toml` is the one table of what log lines mean: pattern, signature, precedence,
+//!   whether it is an infrastructure fault, an explanation and a hint, with example lines that
+//!   the tests run. Matrix files add `[[rules]]` on top ([`Classifier::with_rules`]).
+//! - [`Classifier`] streams a log once (bounded memory, invalid UTF-8 and binary bytes welcome):
+//!   a trigger-word prefilter skips most lines unexamined, the rest are stripped of process,
+//!   rank, timestamp and level prefixes and matched against all rules at once.
+//! - The root cause is the first fatal line, not the last or the most frequent: errors that
+//!   follow it (an NCCL watchdog on another rank, "worker died", "core dumped") are secondary.
+//!   The watchdog's [`Verdict`] and the exit status ([`Evidence`]) decide only when the log
+//!   names no fatal error.
+//! - A [`Classification`] carries the signature, a [`fingerprint`] (the root-cause line with
+//!   addresses, numbers, ranks, paths and times normalised away), the line number and an excerpt.
+//!
+//! Module layout: `classifier` (public types, choosing the root cause), `scan` (the streaming
+//! pass), `line` (prefix stripping), `rules` (the table), `fingerprint`.
+
+mod classifier;
+mod fingerprint;
+mod line;
+mod rules;
+mod scan;
+
+pub use classifier::{Classification, Classifier, ClassifyError, Evidence, Verdict};
+pub use fingerprint::fingerprint;
+pub use rules::BUILTIN_RULES;
