@@ -6,7 +6,7 @@
 //! timestamps. Rules match what the writer said, so anchors like `^Killed` mean the message itself.
 //! Only lines that passed the trigger prefilter get here, so this favours clarity over speed.
 
-use regex::Regex;
+use regex::{Regex, RegexSet};
 use std::sync::LazyLock;
 
 /// Longest prefix of a line that is examined; the rest of a longer line is ignored.
@@ -56,55 +56,68 @@ pub(crate) struct Cleaned {
 
 /// Prefixes stripped from the start of a line, tried in order until none applies. Capture group 1,
 /// when present, is a log level.
-static PREFIXES: LazyLock<Vec<Regex>> = LazyLock::new(|| {
-    [
-        // Ray's C++ logger: `[2024-07-25 10:46:00,050 E 24036 24036] logging.cc:440: `.
-        r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ([EWIFD]) \d+ \d+\]\s*(?:[\w.-]+:\d+:\s*)?",
-        // ISO timestamps, bare or bracketed with sglang's `TP0`/`DP1 TP3` suffixes, GitHub Actions'.
-        r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+[A-Z]{1,4}\d+)*\]?:?\s*",
-        // syslog/journald: `Oct 04 13:19:39 host unit[394]: `.
-        r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d\s+[\w.-]+\s+[\w./@-]+(?:\[\d+\])?:\s*",
-        // TensorRT-LLM: `[02/05/2026-06:58:48] `, `[TRT-LLM] [E] `, `[TensorRT-LLM][ERROR] `.
-        r"^\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]\s*",
-        r"^\[TRT-LLM\]\s*\[([EWIVD])\]\s*",
-        r"^\[TensorRT-LLM\]\[(ERROR|WARNING|INFO|DEBUG|VERBOSE|TRACE)\]\s*",
-        r"^\[TensorRT-LLM\]\s*",
-        // Ray and vLLM/sglang process prefixes: `(RayWorkerWrapper pid=4009, ip=10.0.0.1) `,
-        // `(EngineCore_DP0 pid=150) `, `(VllmWorker rank=0 pid=265) `, `(raylet) `.
-        r"^\((?:[^()]*\b(?:pid|ip)=[^()]*|raylet|gcs_server|autoscaler|dashboard(?:_agent)?|monitor)\)\s*",
-        // torchrun: `[rank3]:`, `[default0]:`; mpirun: `[1,0]<stderr>:`.
-        r"^\[(?:rank|default)\d+\]:\s*",
-        r"^\[\d+,\d+\]<std(?:out|err)>:\s*",
-        // vLLM: `ERROR 02-21 06:30:25 core.py:291] `, `INFO 05-28 14:44:28 [shm_broadcast.py:681] `.
-        r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+(?:\[[^\]]*\]|[\w./-]+:\d+\])\s?",
-        // glog / c10: `[E822 16:31:16.131931664 ProcessGroupNCCL.cpp:632] `, `W1209 02:28:15.28 12 x.cc:1] `.
-        r"^\[?([EWIFD])\d{3,4}\s+\d\d:\d\d:\d\d(?:\.\d+)?(?:\s+\d+)?\s+[\w.-]+:\d+\]\s*",
-        r"^\[([EWIFD]) [\w.-]+:\d+\]\s*",
-        // NCCL: `host:1234:5678 [0] NCCL INFO `.
-        r"^[\w.-]+:\d+:\d+ \[\d+\] NCCL (INFO|WARN|ERROR|TRACE)\s*",
-        r"^NCCL (INFO|WARN)\s+",
-        // GitHub Actions annotations, dmesg.
-        r"^##\[(error|warning|notice|debug)\]\s*",
-        r"^##\[(?:group|endgroup)\]\s*",
-        r"^\[\s*\d+\.\d+\]\s*",
-        // Python logging formats: `name 3118895 ERROR    `, `name - ERROR - `, loguru `| ERROR | stderr | `.
-        r"^[\w.]+\s+\d+\s+(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+",
-        r"^[\w.]+ - (DEBUG|INFO|WARNING|ERROR|CRITICAL) - ",
-        r"^\|?\s*(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s*\|\s*(?:[\w.:-]+\s*\|\s*)?",
-        // `ERROR: `, `WARNING:root:`, `INFO:     ` (pip, logging.basicConfig, uvicorn).
-        r"^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b(?::[\w.]*:|:|\])?\s*",
-        // pytest's failure lines: `E       AssertionError: ...`.
-        r"^(E)\s{2,}",
-        r"^(Warning):\s*",
-        // docker compose: `vllm-1  | `.
-        r"^\w[\w.-]*\s+\|\s?",
-        // srun --label: `0: `.
-        r"^\d{1,4}:\s+",
-        r"^\s+",
-    ]
-    .iter()
-    .filter_map(|p| Regex::new(p).ok())
-    .collect()
+const PREFIX_PATTERNS: &[&str] = &[
+    // Ray's C++ logger: `[2024-07-25 10:46:00,050 E 24036 24036] logging.cc:440: `.
+    r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ([EWIFD]) \d+ \d+\]\s*(?:[\w.-]+:\d+:\s*)?",
+    // ISO timestamps, bare or bracketed with sglang's `TP0`/`DP1 TP3` suffixes, GitHub Actions'.
+    r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+[A-Z]{1,4}\d+)*\]?:?\s*",
+    // syslog/journald: `Oct 04 13:19:39 host unit[394]: `.
+    r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d\s+[\w.-]+\s+[\w./@-]+(?:\[\d+\])?:\s*",
+    // TensorRT-LLM: `[02/05/2026-06:58:48] `, `[TRT-LLM] [E] `, `[TensorRT-LLM][ERROR] `.
+    r"^\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]\s*",
+    r"^\[TRT-LLM\]\s*\[([EWIVD])\]\s*",
+    r"^\[TensorRT-LLM\]\[(ERROR|WARNING|INFO|DEBUG|VERBOSE|TRACE)\]\s*",
+    r"^\[TensorRT-LLM\]\s*",
+    // Ray and vLLM/sglang process prefixes: `(RayWorkerWrapper pid=4009, ip=10.0.0.1) `,
+    // `(EngineCore_DP0 pid=150) `, `(VllmWorker rank=0 pid=265) `, `(raylet) `.
+    r"^\((?:[^()]*\b(?:pid|ip)=[^()]*|raylet|gcs_server|autoscaler|dashboard(?:_agent)?|monitor)\)\s*",
+    // torchrun: `[rank3]:`, `[default0]:`; mpirun: `[1,0]<stderr>:`.
+    r"^\[(?:rank|default)\d+\]:\s*",
+    r"^\[\d+,\d+\]<std(?:out|err)>:\s*",
+    // vLLM: `ERROR 02-21 06:30:25 core.py:291] `, `INFO 05-28 14:44:28 [shm_broadcast.py:681] `.
+    r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+(?:\[[^\]]*\]|[\w./-]+:\d+\])\s?",
+    // glog / c10: `[E822 16:31:16.131931664 ProcessGroupNCCL.cpp:632] `, `W1209 02:28:15.28 12 x.cc:1] `.
+    r"^\[?([EWIFD])\d{3,4}\s+\d\d:\d\d:\d\d(?:\.\d+)?(?:\s+\d+)?\s+[\w.-]+:\d+\]\s*",
+    r"^\[([EWIFD]) [\w.-]+:\d+\]\s*",
+    // NCCL: `host:1234:5678 [0] NCCL INFO `.
+    r"^[\w.-]+:\d+:\d+ \[\d+\] NCCL (INFO|WARN|ERROR|TRACE)\s*",
+    r"^NCCL (INFO|WARN)\s+",
+    // GitHub Actions annotations, dmesg.
+    r"^##\[(error|warning|notice|debug)\]\s*",
+    r"^##\[(?:group|endgroup)\]\s*",
+    r"^\[\s*\d+\.\d+\]\s*",
+    // Python logging formats: `name 3118895 ERROR    `, `name - ERROR - `, loguru `| ERROR | stderr | `.
+    r"^[\w.]+\s+\d+\s+(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+",
+    r"^[\w.]+ - (DEBUG|INFO|WARNING|ERROR|CRITICAL) - ",
+    r"^\|?\s*(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s*\|\s*(?:[\w.:-]+\s*\|\s*)?",
+    // `ERROR: `, `WARNING:root:`, `INFO:     ` (pip, logging.basicConfig, uvicorn).
+    r"^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b(?::[\w.]*:|:|\])?\s*",
+    // pytest's failure lines: `E       AssertionError: ...`.
+    r"^(E)\s{2,}",
+    r"^(Warning):\s*",
+    // docker compose: `vllm-1  | `.
+    r"^\w[\w.-]*\s+\|\s?",
+    // srun --label: `0: `.
+    r"^\d{1,4}:\s+",
+    r"^\s+",
+];
+
+/// The prefixes compiled: a set that says which apply (one pass), and each one for its length and
+/// level. `None` only if a pattern failed to compile, which a unit test rules out.
+struct Prefixes {
+    set: RegexSet,
+    each: Vec<Regex>,
+}
+
+static PREFIXES: LazyLock<Option<Prefixes>> = LazyLock::new(|| {
+    Some(Prefixes {
+        set: RegexSet::new(PREFIX_PATTERNS).ok()?,
+        each: PREFIX_PATTERNS
+            .iter()
+            .map(|p| Regex::new(p))
+            .collect::<Result<_, _>>()
+            .ok()?,
+    })
 });
 
 /// Python's `warnings` module: `/path/x.py:209: UserWarning: ...`.
@@ -123,30 +136,31 @@ static ANSI_RESIDUE: LazyLock<Option<Regex>> =
 pub(crate) fn clean(raw: &[u8]) -> Cleaned {
     let mut text = visible(raw);
     let mut level = Level::Unknown;
-    for _ in 0..16 {
-        let mut stripped = false;
-        for re in PREFIXES.iter() {
-            let Some(caps) = re.captures(&text) else {
-                continue;
+    if let Some(prefixes) = PREFIXES.as_ref() {
+        for _ in 0..16 {
+            // The first pattern in list order that applies (the set says which, in one pass).
+            let Some(index) = prefixes.set.matches(&text).iter().next() else {
+                break;
             };
-            let Some(whole) = caps.get(0) else {
-                continue;
-            };
-            if whole.end() == 0 {
-                continue;
-            }
-            if let Some(word) = caps.get(1) {
-                let found = Level::from_word(word.as_str());
-                if found != Level::Unknown {
-                    level = found;
+            let re = &prefixes.each[index];
+            let end = if re.captures_len() > 1 {
+                let Some(caps) = re.captures(&text) else {
+                    break;
+                };
+                if let Some(word) = caps.get(1) {
+                    let found = Level::from_word(word.as_str());
+                    if found != Level::Unknown {
+                        level = found;
+                    }
                 }
+                caps.get(0).map_or(0, |m| m.end())
+            } else {
+                re.find(&text).map_or(0, |m| m.end())
+            };
+            if end == 0 {
+                break;
             }
-            text.drain(..whole.end());
-            stripped = true;
-            break;
-        }
-        if !stripped {
-            break;
+            text.drain(..end);
         }
     }
     if level == Level::Unknown
@@ -249,7 +263,8 @@ mod tests {
 
     #[test]
     fn every_prefix_pattern_compiles() {
-        assert_eq!(PREFIXES.len(), 27);
+        let prefixes = PREFIXES.as_ref().expect("prefix patterns compile");
+        assert_eq!(prefixes.each.len(), PREFIX_PATTERNS.len());
         assert!(PY_WARNING.is_some() && RAY_REPEATED.is_some() && ANSI_RESIDUE.is_some());
     }
 
