@@ -6,6 +6,8 @@
 //! errors after it. Then it times `Classifier::classify_file` a few times and prints MB/s.
 //! It prints numbers; it asserts nothing about time.
 
+#![expect(clippy::print_stdout, reason = "a benchmark's output is its numbers")]
+
 use gpucompat::classify::{Classifier, Evidence};
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -13,22 +15,67 @@ use std::time::Instant;
 
 /// Noise lines and how often each appears in a realistic log (relative weights).
 const NOISE: &[(u32, &str)] = &[
-    (200, "INFO 05-28 14:44:28 [loggers.py:116] Engine 000: Avg prompt throughput: {n}.4 tokens/s, Avg generation throughput: {n}.7 tokens/s, Running: {n} reqs, Waiting: 0 reqs, GPU KV cache usage: 23.{n}%, Prefix cache hit rate: 0.0%"),
-    (300, "INFO:     127.0.0.1:{n} - \"POST /v1/completions HTTP/1.1\" 200 OK"),
-    (100, "[2025-12-09 02:28:12 TP0] Prefill batch, #new-seq: 1, #new-token: {n}, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0,"),
-    (200, "[2025-12-09 02:28:12 TP3] Decode batch, #running-req: 32, #token: {n}, token usage: 0.05, cuda graph: True, gen throughput (token/s): 2345.{n}, #queue-req: 0,"),
-    (30, "gpu-node-3:{n}:5678 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"),
-    (20, "(RayWorkerWrapper pid={n}) INFO 05-28 14:44:28 [custom_all_reduce.py:33] Registering {n} cuda graph addresses"),
-    (20, "Loading safetensors checkpoint shards:  45% Completed | 9/20 [00:05<00:06,  1.{n}it/s]"),
-    (10, "[W1209 02:28:15.281862353 ProcessGroupNCCL.cpp:4561] Warning: TORCH_NCCL_AVOID_RECORD_STREAMS=1 has no effect for point-to-point collectives."),
-    (10, "WARNING 05-28 14:44:28 [config.py:{n}] Casting torch.bfloat16 to torch.float16."),
-    (50, "DEBUG 05-28 14:44:28 [scheduler.py:{n}] scheduled 32 sequences, 0 preempted, kv blocks free: {n}"),
-    (10, "(VllmWorker TP1 pid={n}) INFO 05-28 14:44:29 [gpu_model_runner.py:1234] Graph capturing finished in 12 secs, took 0.{n} GiB"),
-    (50, "[2025-12-09 02:28:15] INFO:     127.0.0.1:{n} - \"GET /health HTTP/1.1\" 200 OK"),
+    (
+        200,
+        "INFO 05-28 14:44:28 [loggers.py:116] Engine 000: Avg prompt throughput: {n}.4 tokens/s, Avg generation throughput: {n}.7 tokens/s, Running: {n} reqs, Waiting: 0 reqs, GPU KV cache usage: 23.{n}%, Prefix cache hit rate: 0.0%",
+    ),
+    (
+        300,
+        "INFO:     127.0.0.1:{n} - \"POST /v1/completions HTTP/1.1\" 200 OK",
+    ),
+    (
+        100,
+        "[2025-12-09 02:28:12 TP0] Prefill batch, #new-seq: 1, #new-token: {n}, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0,",
+    ),
+    (
+        200,
+        "[2025-12-09 02:28:12 TP3] Decode batch, #running-req: 32, #token: {n}, token usage: 0.05, cuda graph: True, gen throughput (token/s): 2345.{n}, #queue-req: 0,",
+    ),
+    (
+        30,
+        "gpu-node-3:{n}:5678 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC",
+    ),
+    (
+        20,
+        "(RayWorkerWrapper pid={n}) INFO 05-28 14:44:28 [custom_all_reduce.py:33] Registering {n} cuda graph addresses",
+    ),
+    (
+        20,
+        "Loading safetensors checkpoint shards:  45% Completed | 9/20 [00:05<00:06,  1.{n}it/s]",
+    ),
+    (
+        10,
+        "[W1209 02:28:15.281862353 ProcessGroupNCCL.cpp:4561] Warning: TORCH_NCCL_AVOID_RECORD_STREAMS=1 has no effect for point-to-point collectives.",
+    ),
+    (
+        10,
+        "WARNING 05-28 14:44:28 [config.py:{n}] Casting torch.bfloat16 to torch.float16.",
+    ),
+    (
+        50,
+        "DEBUG 05-28 14:44:28 [scheduler.py:{n}] scheduled 32 sequences, 0 preempted, kv blocks free: {n}",
+    ),
+    (
+        10,
+        "(VllmWorker TP1 pid={n}) INFO 05-28 14:44:29 [gpu_model_runner.py:1234] Graph capturing finished in 12 secs, took 0.{n} GiB",
+    ),
+    (
+        50,
+        "[2025-12-09 02:28:15] INFO:     127.0.0.1:{n} - \"GET /health HTTP/1.1\" 200 OK",
+    ),
     // Lines the prefilter lets through and the rules then turn down.
-    (2, "WARNING 05-28 14:44:28 [__init__.py:26] Failed to import from vllm._C with ModuleNotFoundError(\"No module named 'vllm._C'\")"),
-    (2, "gpu-node-3:{n}:5679 [1] NCCL INFO NET/Plugin: Plugin load returned 2 : libnccl-net.so: cannot open shared object file: No such file or directory"),
-    (10, "INFO 05-28 14:44:30 [metrics.py:88] request errors: 0, retries: 0, timeouts: 0"),
+    (
+        2,
+        "WARNING 05-28 14:44:28 [__init__.py:26] Failed to import from vllm._C with ModuleNotFoundError(\"No module named 'vllm._C'\")",
+    ),
+    (
+        2,
+        "gpu-node-3:{n}:5679 [1] NCCL INFO NET/Plugin: Plugin load returned 2 : libnccl-net.so: cannot open shared object file: No such file or directory",
+    ),
+    (
+        10,
+        "INFO 05-28 14:44:30 [metrics.py:88] request errors: 0, retries: 0, timeouts: 0",
+    ),
 ];
 
 const ROOT_CAUSE: &[&str] = &[
@@ -64,7 +111,9 @@ fn main() -> std::io::Result<()> {
         (megabytes / 4).max(1),
         Mix::WarningHeavy,
     )?;
-    println!("classify throughput: {realistic:.0} MB/s on a realistic log, {heavy:.0} MB/s on a warning-heavy one (best of 3)");
+    println!(
+        "classify throughput: {realistic:.0} MB/s on a realistic log, {heavy:.0} MB/s on a warning-heavy one (best of 3)"
+    );
     Ok(())
 }
 

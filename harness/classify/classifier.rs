@@ -173,7 +173,7 @@ impl Classifier {
             ..
         } = found;
         if let Some(hit) = strong {
-            return self.from_hit(hit);
+            return self.name_hit(hit);
         }
         if let Some(verdict) = evidence.watchdog {
             let (explanation, hint) = match verdict {
@@ -187,7 +187,7 @@ impl Classifier {
                 ),
             };
             let mut out = match hangs.into_iter().next() {
-                Some(seen) => self.from_hit(seen.first),
+                Some(seen) => self.name_hit(seen.first),
                 None => from_tail(&tail),
             };
             out.signature = verdict.signature();
@@ -203,7 +203,7 @@ impl Classifier {
             .into_iter()
             .find(|h| h.count >= self.table.rules[h.first.rule].min_count)
         {
-            return self.from_hit(seen.first);
+            return self.name_hit(seen.first);
         }
         if let Some(signal) = evidence.exit.as_ref().and_then(exit_signal) {
             let weak_of = |sig: Signature| {
@@ -215,7 +215,7 @@ impl Classifier {
             match signal {
                 SIGKILL => {
                     if let Some(hit) = weak_of(Signature::Oom) {
-                        return self.from_hit(hit);
+                        return self.name_hit(hit);
                     }
                 }
                 SIGSEGV | SIGBUS => {
@@ -240,7 +240,7 @@ impl Classifier {
             }
         }
         if let Some(hit) = weak {
-            return self.from_hit(hit);
+            return self.name_hit(hit);
         }
         let failed = evidence
             .exit
@@ -252,7 +252,7 @@ impl Classifier {
         }
     }
 
-    fn from_hit(&self, hit: Hit) -> Classification {
+    fn name_hit(&self, hit: Hit) -> Classification {
         let rule = &self.table.rules[hit.rule];
         let mut out = Classification {
             signature: rule.signature,
@@ -438,17 +438,25 @@ mod tests {
         assert_eq!(c.signature, Signature::IllegalAddress);
         assert_eq!(c.line, Some(4));
         // Triton prints the kernel's source between the wrapper and the reason.
-        let source: String = (0..20).map(|i| format!("    x{i} = tl.load(ptr + {i})\n")).collect();
+        let source: String = (0..20)
+            .map(|i| format!("    x{i} = tl.load(ptr + {i})\n"))
+            .collect();
         let text = format!(
             "triton.compiler.errors.CompilationError: at 1:0:\n{source}ValueError(\"type fp8e4nv not supported in this architecture. The supported fp8 dtypes are ('fp8e4b15', 'fp8e5')\")\n"
         );
         assert_eq!(log(&text).signature, Signature::UnsupportedConfig);
-        // Far away, a later error is secondary even if it ranks higher.
+        // Beyond the wrapper's reach, a later error is secondary even if it ranks higher.
         let text = format!(
             "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.\n{}RuntimeError: CUDA error: out of memory\n",
-            NOISE.repeat(10)
+            NOISE.repeat(30)
         );
         assert_eq!(log(&text).signature, Signature::JitCompileError);
+        // A first line that is not a wrapper stands, even if a higher-ranked error follows at
+        // once (a DeepEP timeout makes its kernel trap: the launch failure is a consequence).
+        let text = "DeepEP timeout check failed: rank = 3, thread = 0, value = 1024\n\
+            terminate called after throwing an instance of 'EPException'\n\
+            what():  Failed: CUDA error deep_ep.cpp:889 'unspecified launch failure'\n";
+        assert_eq!(log(text).signature, Signature::CollectiveTimeout);
     }
 
     #[test]
@@ -522,8 +530,14 @@ mod tests {
         let c = classify(NOISE, exit(Some(139), None));
         assert_eq!((c.signature, c.line), (Signature::Segfault, None));
         assert!(c.explanation.is_some_and(|e| e.contains("SIGSEGV")));
-        assert_eq!(classify(NOISE, exit(None, Some(11))).signature, Signature::Segfault);
-        assert_eq!(classify(NOISE, exit(Some(-11), None)).signature, Signature::Segfault);
+        assert_eq!(
+            classify(NOISE, exit(None, Some(11))).signature,
+            Signature::Segfault
+        );
+        assert_eq!(
+            classify(NOISE, exit(Some(-11), None)).signature,
+            Signature::Segfault
+        );
         assert_eq!(
             classify(NOISE, exit(None, Some(4))).signature,
             Signature::IllegalInstruction
@@ -532,7 +546,10 @@ mod tests {
         let killed = format!("{NOISE}Killed\n");
         let c = classify(&killed, exit(None, Some(9)));
         assert_eq!((c.signature, c.line), (Signature::Oom, Some(3)));
-        assert_eq!(classify(&killed, exit(Some(137), None)).signature, Signature::Oom);
+        assert_eq!(
+            classify(&killed, exit(Some(137), None)).signature,
+            Signature::Oom
+        );
         let c = classify(NOISE, exit(None, Some(9)));
         assert_eq!((c.signature, c.line), (Signature::Unknown, None));
         assert!(c.excerpt.is_some());
@@ -545,7 +562,10 @@ mod tests {
         );
         assert_eq!(c.signature, Signature::IllegalAddress);
         // A clean exit with a clean log: nothing to name, nothing to show.
-        assert_eq!(classify(NOISE, exit(Some(0), None)), Classification::unknown());
+        assert_eq!(
+            classify(NOISE, exit(Some(0), None)),
+            Classification::unknown()
+        );
     }
 
     #[test]
@@ -556,10 +576,16 @@ mod tests {
         // An unresolvable pin is a dependency error, unless the index could not be reached.
         let pin = "ERROR: Could not find a version that satisfies the requirement torch==2.5.1 (from versions: none)\n";
         let c = log(pin);
-        assert_eq!((c.signature, c.spurious), (Signature::DependencyError, false));
+        assert_eq!(
+            (c.signature, c.spurious),
+            (Signature::DependencyError, false)
+        );
         let retry = "WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f0d>: Failed to establish a new connection: [Errno -3] Temporary failure in name resolution')': /simple/torch/\n";
         let c = log(&format!("{retry}{retry}{pin}"));
-        assert_eq!((c.signature, c.spurious), (Signature::DependencyError, true));
+        assert_eq!(
+            (c.signature, c.spurious),
+            (Signature::DependencyError, true)
+        );
         assert!(c.hint.is_some_and(|h| h.contains("network")));
         // A retry long before, which then succeeded, does not taint a later failure.
         let c = log(&format!("{retry}{}{pin}", NOISE.repeat(40)));
@@ -583,12 +609,18 @@ mod tests {
         let lines: Vec<&str> = excerpt.lines().collect();
         assert_eq!(lines.len(), 9);
         assert_eq!(lines[0], "INFO step 7");
-        assert_eq!(lines[3], "RuntimeError: CUDA error: unspecified launch failure");
+        assert_eq!(
+            lines[3],
+            "RuntimeError: CUDA error: unspecified launch failure"
+        );
         assert_eq!(lines[8], "INFO step 15");
         // At the very start and end of a log the excerpt is shorter.
         let c = log("RuntimeError: CUDA error: unspecified launch failure\nlast\n");
         assert_eq!(c.excerpt_start, Some(1));
-        assert_eq!(c.excerpt.as_deref(), Some("RuntimeError: CUDA error: unspecified launch failure\nlast"));
+        assert_eq!(
+            c.excerpt.as_deref(),
+            Some("RuntimeError: CUDA error: unspecified launch failure\nlast")
+        );
     }
 
     #[test]
@@ -618,14 +650,24 @@ mod tests {
         text.push_str(&"y".repeat(200_000));
         text.push('\n');
         let c = log(&text);
-        assert_eq!((c.signature, c.line), (Signature::IllegalInstruction, Some(2)));
+        assert_eq!(
+            (c.signature, c.line),
+            (Signature::IllegalInstruction, Some(2))
+        );
         let excerpt = c.excerpt.expect("excerpt");
-        assert!(excerpt.len() < 4_000, "excerpt is capped: {} bytes", excerpt.len());
+        assert!(
+            excerpt.len() < 4_000,
+            "excerpt is capped: {} bytes",
+            excerpt.len()
+        );
         // The root cause at the start of a long line is still seen.
         let mut text = String::from("RuntimeError: CUDA error: misaligned address ");
         text.push_str(&"z".repeat(2 << 20));
         let c = log(&text);
-        assert_eq!((c.signature, c.line), (Signature::MisalignedAddress, Some(1)));
+        assert_eq!(
+            (c.signature, c.line),
+            (Signature::MisalignedAddress, Some(1))
+        );
     }
 
     /// Generates a log of `lines` noise lines with a root cause at line `root`, without holding it.
@@ -650,9 +692,15 @@ mod tests {
                     let line = if self.next == self.root {
                         "(VllmWorker TP0 pid=265) ERROR 05-12 19:01:18 [multiproc_executor.py:470] RuntimeError: CUDA error: an illegal memory access was encountered\n".to_owned()
                     } else if self.next > self.root && self.next % 3 == 0 {
-                        format!("[rank{}]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error, NCCL version 2.21.5\n", self.next % 8)
+                        format!(
+                            "[rank{}]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error, NCCL version 2.21.5\n",
+                            self.next % 8
+                        )
                     } else {
-                        format!("INFO 05-28 14:44:28 [loggers.py:116] Engine 000: Avg prompt throughput: {}.4 tokens/s, Running: 12 reqs, request errors: 0\n", self.next)
+                        format!(
+                            "INFO 05-28 14:44:28 [loggers.py:116] Engine 000: Avg prompt throughput: {}.4 tokens/s, Running: 12 reqs, request errors: 0\n",
+                            self.next
+                        )
                     };
                     self.pending.extend_from_slice(line.as_bytes());
                     self.next += 1;

@@ -66,7 +66,9 @@ pub fn fingerprint(line: &str) -> String {
     let text = n.date.replace_all(&text, "<time>");
     let text = n.time.replace_all(&text, "<time>");
     let text = n.ip.replace_all(&text, "<ip>");
-    let text = n.path.replace_all(&text, |caps: &Captures<'_>| short_path(&caps[0]));
+    let text = n
+        .path
+        .replace_all(&text, |caps: &Captures<'_>| short_path(&caps[0]));
     let text = n.hex.replace_all(&text, "<hex>");
     let text = n.long_hex.replace_all(&text, |caps: &Captures<'_>| {
         let s = &caps[0];
@@ -76,10 +78,12 @@ pub fn fingerprint(line: &str) -> String {
             s.to_owned()
         }
     });
-    let text = n.numbered_name.replace_all(&text, |caps: &Captures<'_>| match caps.get(1) {
-        Some(name) => format!("{}<n>", name.as_str()),
-        None => format!("_{}<n>", caps.get(4).map_or("", |m| m.as_str())),
-    });
+    let text = n
+        .numbered_name
+        .replace_all(&text, |caps: &Captures<'_>| match caps.get(1) {
+            Some(name) => format!("{}<n>", name.as_str()),
+            None => format!("_{}<n>", caps.get(4).map_or("", |m| m.as_str())),
+        });
     let text = n.number.replace_all(&text, "<n>");
     let text = n.size.replace_all(&text, "<size>");
     let text = n.space.replace_all(&text, " ");
@@ -191,15 +195,21 @@ mod tests {
     #[test]
     fn placeholders_replace_what_varies() {
         assert_eq!(
-            fingerprint("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=158046, OpType=GATHER, Timeout(ms)=600000) ran for 600027 milliseconds before timing out."),
+            fingerprint(
+                "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=158046, OpType=GATHER, Timeout(ms)=600000) ran for 600027 milliseconds before timing out."
+            ),
             "[Rank <n>] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=<n>, OpType=GATHER, Timeout(ms)=<n>) ran for <n> milliseconds before timing out."
         );
         assert_eq!(
-            fingerprint("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled cuda error, NCCL version 2.20.5"),
+            fingerprint(
+                "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled cuda error, NCCL version 2.20.5"
+            ),
             "torch.distributed.DistBackendError: NCCL error in: <path>/NCCLUtils.hpp:<n>, unhandled cuda error, NCCL version <n>"
         );
         assert_eq!(
-            fingerprint("Worker proc VllmWorker-0 died on rank3 GPU-7bd40898-4568-2101-74b6-457316d58d11 at 0xdeadbeef"),
+            fingerprint(
+                "Worker proc VllmWorker-0 died on rank3 GPU-7bd40898-4568-2101-74b6-457316d58d11 at 0xdeadbeef"
+            ),
             "Worker proc VllmWorker-<n> died on rank<n> <uuid> at <hex>"
         );
         assert_eq!(
@@ -212,7 +222,9 @@ mod tests {
         );
         // Names with digits stay: they identify kernels, dtypes and archs.
         assert_eq!(
-            fingerprint("ValueError(\"type fp8e4nv not supported in this architecture for sm_89\")"),
+            fingerprint(
+                "ValueError(\"type fp8e4nv not supported in this architecture for sm_89\")"
+            ),
             "ValueError(\"type fp8e4nv not supported in this architecture for sm_89\")"
         );
     }

@@ -163,11 +163,7 @@ pub(crate) fn clean(raw: &[u8]) -> Cleaned {
             text.drain(..end);
         }
     }
-    if level == Level::Unknown
-        && PY_WARNING
-            .as_ref()
-            .is_some_and(|re| re.is_match(&text))
-    {
+    if level == Level::Unknown && PY_WARNING.as_ref().is_some_and(|re| re.is_match(&text)) {
         level = Level::Warning;
     }
     if let Some(re) = RAY_REPEATED.as_ref() {
@@ -193,6 +189,7 @@ pub(crate) fn is_code(text: &str) -> bool {
 pub(crate) fn display(raw: &[u8]) -> String {
     let raw = &raw[..raw.len().min(MAX_LINE)];
     let mut text = visible(raw);
+    text.truncate(text.trim_end().len());
     if let Some((cut, _)) = text.char_indices().nth(MAX_DISPLAY) {
         text.truncate(cut);
         text.push('…');
@@ -205,10 +202,7 @@ pub(crate) fn display(raw: &[u8]) -> String {
 fn visible(raw: &[u8]) -> String {
     let decoded = String::from_utf8_lossy(raw);
     let mut line = decoded.trim_end_matches(['\n', '\r']);
-    if let Some(last) = line
-        .rsplit('\r')
-        .find(|segment| !segment.trim().is_empty())
-    {
+    if let Some(last) = line.rsplit('\r').find(|segment| !segment.trim().is_empty()) {
         line = last;
     }
     let mut out = String::with_capacity(line.len());
@@ -342,8 +336,16 @@ mod tests {
                 Level::Unknown,
             ),
             ("WARNING:root:careful", "careful", Level::Warning),
-            ("      ModuleNotFoundError: No module named 'x'", "ModuleNotFoundError: No module named 'x'", Level::Unknown),
-            ("0: [rank0]: RuntimeError: y", "RuntimeError: y", Level::Unknown),
+            (
+                "      ModuleNotFoundError: No module named 'x'",
+                "ModuleNotFoundError: No module named 'x'",
+                Level::Unknown,
+            ),
+            (
+                "0: [rank0]: RuntimeError: y",
+                "RuntimeError: y",
+                Level::Unknown,
+            ),
         ];
         for (raw, want, level) in cases {
             let got = clean(raw.as_bytes());
@@ -362,7 +364,10 @@ mod tests {
     fn keeps_the_last_carriage_return_redraw_and_drops_control_bytes() {
         assert_eq!(text("50%|#####\r100%|##########\rKilled\r\n"), "Killed");
         assert_eq!(text("a\u{0}b\u{7}c"), "a b c");
-        assert_eq!(display(b"\xff\xfeok\x1b[31m red\x1b[0m"), "\u{fffd}\u{fffd}ok red");
+        assert_eq!(
+            display(b"\xff\xfeok\x1b[31m red\x1b[0m"),
+            "\u{fffd}\u{fffd}ok red"
+        );
     }
 
     #[test]
@@ -375,7 +380,9 @@ mod tests {
 
     #[test]
     fn traceback_code_lines_are_not_messages() {
-        assert!(is_code("raise ValueError(\"No available memory for the cache blocks. \""));
+        assert!(is_code(
+            "raise ValueError(\"No available memory for the cache blocks. \""
+        ));
         assert!(is_code("File \"/x.py\", line 1, in f"));
         assert!(is_code("^^^^^^^^"));
         assert!(!is_code("ValueError: No available memory"));

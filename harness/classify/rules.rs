@@ -154,9 +154,9 @@ impl Table {
                 min_count: 1,
                 unless: None,
                 explanation: Some(
-                    r.explanation
-                        .clone()
-                        .unwrap_or_else(|| format!("matched the matrix file's rule `{}`", r.pattern)),
+                    r.explanation.clone().unwrap_or_else(|| {
+                        format!("matched the matrix file's rule `{}`", r.pattern)
+                    }),
                 ),
                 hint: r.hint.clone(),
             });
@@ -198,9 +198,16 @@ impl Table {
         })
     }
 
+    /// Orders rules that fire on the same line.
     pub(crate) fn rank(&self, index: usize) -> Rank {
         let rule = &self.rules[index];
         (rule.user, rule.precedence, Reverse(index))
+    }
+
+    /// Orders fatal lines near a wrapper: only a strictly higher precedence replaces it.
+    pub(crate) fn precedence(&self, index: usize) -> (bool, i32) {
+        let rule = &self.rules[index];
+        (rule.user, rule.precedence)
     }
 
     /// Whether a raw line could match any rule.
@@ -233,10 +240,9 @@ fn trigger(
     words: &[String],
     user: &[UserRule],
 ) -> Result<Option<regex::bytes::Regex>, ClassifyError> {
-    if user
-        .iter()
-        .any(|r| r.pattern.contains(['^', '$']) || r.pattern.contains("\\A") || r.pattern.contains("\\z"))
-    {
+    if user.iter().any(|r| {
+        r.pattern.contains(['^', '$']) || r.pattern.contains("\\A") || r.pattern.contains("\\z")
+    }) {
         return Ok(None);
     }
     let mut alternatives: Vec<String> = vec![format!(
@@ -292,17 +298,29 @@ mod tests {
                 "{}: ids are kebab-case",
                 rule.id
             );
-            assert!(!rule.explanation.trim().is_empty(), "{}: explanation", rule.id);
+            assert!(
+                !rule.explanation.trim().is_empty(),
+                "{}: explanation",
+                rule.id
+            );
             assert!(!rule.examples.is_empty(), "{}: needs an example", rule.id);
             Regex::new(&rule.pattern).unwrap_or_else(|e| panic!("{}: {e}", rule.id));
             if let Some(unless) = &rule.unless {
                 Regex::new(unless).unwrap_or_else(|e| panic!("{}: unless: {e}", rule.id));
             }
             if let Some(tag) = &rule.spurious_if {
-                assert!(tags.contains(tag.as_str()), "{}: no rule has tag {tag}", rule.id);
+                assert!(
+                    tags.contains(tag.as_str()),
+                    "{}: no rule has tag {tag}",
+                    rule.id
+                );
             }
             if rule.kind == Kind::Context {
-                assert!(rule.tag.is_some(), "{}: a context rule needs a tag", rule.id);
+                assert!(
+                    rule.tag.is_some(),
+                    "{}: a context rule needs a tag",
+                    rule.id
+                );
             }
             if rule.kind == Kind::Hang {
                 assert!(
@@ -312,7 +330,12 @@ mod tests {
                 );
             }
             if rule.spurious {
-                assert_eq!(rule.signature, Signature::Unknown, "{}: infrastructure faults are outside the taxonomy", rule.id);
+                assert_eq!(
+                    rule.signature,
+                    Signature::Unknown,
+                    "{}: infrastructure faults are outside the taxonomy",
+                    rule.id
+                );
             }
         }
         Table::compile(&file, &[]).expect("compiles");
@@ -328,7 +351,9 @@ mod tests {
             for example in &rule.examples {
                 for prefix in PREFIXES {
                     let text = match rule.kind {
-                        Kind::Hang => format!("{prefix}{example}\n").repeat(rule.min_count as usize),
+                        Kind::Hang => {
+                            format!("{prefix}{example}\n").repeat(rule.min_count as usize)
+                        }
                         Kind::Context => format!(
                             "{prefix}{example}\nERROR: No matching distribution found for torch==2.5.1\n"
                         ),
@@ -359,7 +384,12 @@ mod tests {
                 }
             }
         }
-        assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+        assert!(
+            failures.is_empty(),
+            "{} failures:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
     }
 
     #[test]

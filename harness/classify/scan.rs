@@ -19,11 +19,11 @@ const BEFORE: usize = 3;
 const AFTER: usize = 5;
 /// Lines kept from the end of the log (for verdicts that name no line).
 const TAIL: usize = 8;
-/// A later fatal line replaces the first one when it is at most this many lines further and its
-/// rule ranks higher (the same error block: "NCCL error" then "Last error: ... illegal memory").
-const NEAR: u64 = 5;
-/// The same, when the first line's rule is a wrapper (Triton prints the kernel source in between).
-const NEAR_WRAPPER: u64 = 40;
+/// When the first fatal line's rule is a wrapper ("NCCL error ... unhandled cuda error", Triton's
+/// CompilationError), a later fatal line at most this many lines further replaces it if its rule
+/// has a higher precedence: the specific cause the wrapper announces ("Last error: ... illegal
+/// memory access", the reason after the kernel source). Other first lines are never replaced.
+const WRAPPER_REACH: u64 = 40;
 /// A context line (a network error) marks a fatal line spurious when at most this many lines before.
 const CONTEXT_REACH: u64 = 50;
 
@@ -135,7 +135,7 @@ struct Scanner<'t> {
     found: Findings,
     /// Lines consumed so far; the line being looked at is `line` once counted.
     line: u64,
-    /// Line of the first fatal hit and how far a later one may replace it.
+    /// Line of the first fatal hit and how many lines further a later one may replace it.
     first_strong: Option<(u64, u64)>,
     /// Lines still to read line by line to complete excerpts.
     dense: usize,
@@ -251,7 +251,11 @@ impl<'t> Scanner<'t> {
             if cleaned.level.is_quiet() && !rule.any_level {
                 continue;
             }
-            if rule.unless.as_ref().is_some_and(|u| u.is_match(&cleaned.text)) {
+            if rule
+                .unless
+                .as_ref()
+                .is_some_and(|u| u.is_match(&cleaned.text))
+            {
                 continue;
             }
             match rule.kind {
@@ -285,7 +289,8 @@ impl<'t> Scanner<'t> {
 
         let strong = strong.filter(|&index| match (&self.found.strong, self.first_strong) {
             (Some(current), Some((first, reach))) => {
-                self.line <= first + reach && table.rank(index) > table.rank(current.rule)
+                self.line <= first + reach
+                    && table.precedence(index) > table.precedence(current.rule)
             }
             _ => true,
         });
@@ -331,9 +336,9 @@ impl<'t> Scanner<'t> {
             }
             if self.first_strong.is_none() {
                 let reach = if table.rules[index].wrapper {
-                    NEAR_WRAPPER
+                    WRAPPER_REACH
                 } else {
-                    NEAR
+                    0
                 };
                 self.first_strong = Some((line_no, reach));
             }
@@ -415,7 +420,10 @@ impl<'t> Scanner<'t> {
 
 /// Offset of the first newline in `bytes` (its length when there is none).
 fn newline(bytes: &[u8]) -> usize {
-    bytes.iter().position(|&b| b == b'\n').unwrap_or(bytes.len())
+    bytes
+        .iter()
+        .position(|&b| b == b'\n')
+        .unwrap_or(bytes.len())
 }
 
 /// Newlines in `bytes`.

@@ -143,7 +143,10 @@ fn check_inputs(files: &[PathBuf]) -> Result<(), CliError> {
     for file in files.iter().filter(|f| !is_stdin(f)) {
         match std::fs::metadata(file) {
             Ok(meta) if meta.is_dir() => {
-                problems.push(format!("`{}` is a directory, not a log file", file.display()));
+                problems.push(format!(
+                    "`{}` is a directory, not a log file",
+                    file.display()
+                ));
             }
             Ok(_) => {}
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
@@ -223,7 +226,9 @@ fn parse_signal(text: &str) -> Result<i32, String> {
     };
     name.parse::<nix::sys::signal::Signal>()
         .map(|s| s as i32)
-        .map_err(|_| format!("unknown signal `{text}` (expected a number or a name like KILL, SEGV)"))
+        .map_err(|_| {
+            format!("unknown signal `{text}` (expected a number or a name like KILL, SEGV)")
+        })
 }
 
 #[cfg(test)]
