@@ -61,6 +61,8 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ([EWIFD]) \d+ \d+\]\s*(?:[\w.-]+:\d+:\s*)?",
     // ISO timestamps, bare or bracketed with sglang's `TP0`/`DP1 TP3` suffixes, GitHub Actions'.
     r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+[A-Z]{1,4}\d+)*\]?:?\s*",
+    // `2023/10/26 12:12:06 ` (Go, glog-style collectors).
+    r"^\d{4}/\d\d/\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s+",
     // syslog/journald: `Oct 04 13:19:39 host unit[394]: `.
     r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d\s+[\w.-]+\s+[\w./@-]+(?:\[\d+\])?:\s*",
     // TensorRT-LLM: `[02/05/2026-06:58:48] `, `[TRT-LLM] [E] `, `[TensorRT-LLM][ERROR] `.
@@ -77,7 +79,7 @@ const PREFIX_PATTERNS: &[&str] = &[
     // vLLM: `ERROR 02-21 06:30:25 core.py:291] `, `INFO 05-28 14:44:28 [shm_broadcast.py:681] `.
     r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+(?:\[[^\]]*\]|[\w./-]+:\d+\])\s?",
     // glog / c10: `[E822 16:31:16.131931664 ProcessGroupNCCL.cpp:632] `, `W1209 02:28:15.28 12 x.cc:1] `.
-    r"^\[?([EWIFD])\d{3,4}\s+\d\d:\d\d:\d\d(?:\.\d+)?(?:\s+\d+)?\s+[\w.-]+:\d+\]\s*",
+    r"^\[?([EWIFD])\d{3,4}\s+\d\d:\d\d:\d\d(?:\.\d+)?(?:\s+\d+)?\s+[\w./-]+:\d+\]\s*",
     r"^\[([EWIFD]) [\w.-]+:\d+\]\s*",
     // NCCL: `host:1234:5678 [0] NCCL INFO `.
     r"^[\w.-]+:\d+:\d+ \[\d+\] NCCL (INFO|WARN|ERROR|TRACE)\s*",
@@ -88,7 +90,8 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^\[\s*\d+\.\d+\]\s*",
     // Python logging formats: `name 3118895 ERROR    `, `name - ERROR - `, loguru `| ERROR | stderr | `.
     r"^[\w.]+\s+\d+\s+(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+",
-    r"^[\w.]+ - (DEBUG|INFO|WARNING|ERROR|CRITICAL) - ",
+    r"^(?:-\s+)?[\w.]+ - (DEBUG|INFO|WARNING|ERROR|CRITICAL) - ",
+    r"^-\s+(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+-\s+",
     r"^\|?\s*(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s*\|\s*(?:[\w.:-]+\s*\|\s*)?",
     // `ERROR: `, `WARNING:root:`, `INFO:     ` (pip, logging.basicConfig, uvicorn).
     r"^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b(?::[\w.]*:|:|\])?\s*",
@@ -97,6 +100,8 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^(Warning):\s*",
     // docker compose: `vllm-1  | `.
     r"^\w[\w.-]*\s+\|\s?",
+    // rich console boxes: `│ ERROR 09-27 ... │`.
+    r"^[│┃║]\s*",
     // srun --label: `0: `.
     r"^\d{1,4}:\s+",
     r"^\s+",
@@ -124,13 +129,18 @@ static PREFIXES: LazyLock<Option<Prefixes>> = LazyLock::new(|| {
 static PY_WARNING: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"^\S+:\d+: [A-Z]\w*Warning:|^[A-Z]\w*Warning: ").ok());
 
-/// Ray's deduplication suffix: `[repeated 2x across cluster]`.
-static RAY_REPEATED: LazyLock<Option<Regex>> =
-    LazyLock::new(|| Regex::new(r"\s*\[repeated \d+x across cluster\]\s*$").ok());
+/// Ray's deduplication suffix (`[repeated 2x across cluster]`) and the right border of a rich
+/// console box.
+static SUFFIX: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"\s*(?:\[repeated \d+x across cluster\]|[│┃║])\s*$").ok());
 
-/// SGR sequences whose escape byte got lost on the way (`[36m(RayWorkerWrapper ...`).
+/// SGR sequences whose escape byte got lost on the way (`[36m(RayWorkerWrapper ...`), or was
+/// pasted in caret notation (`^[[1;36m`), or lost its bracket too at the start of a line
+/// (`1;36m(VllmWorker ...`).
 static ANSI_RESIDUE: LazyLock<Option<Regex>> =
-    LazyLock::new(|| Regex::new(r"\[\d{1,3}(?:;\d{1,3})*m").ok());
+    LazyLock::new(|| Regex::new(r"(?:\^\[)?\[\d{1,3}(?:;\d{1,3})*m").ok());
+static LEADING_RESIDUE: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"^((?:\d{1,3};)*\d{1,3}m)[(\[]").ok());
 
 /// Prepares a raw line (without its newline) for the rules.
 pub(crate) fn clean(raw: &[u8]) -> Cleaned {
@@ -166,7 +176,7 @@ pub(crate) fn clean(raw: &[u8]) -> Cleaned {
     if level == Level::Unknown && PY_WARNING.as_ref().is_some_and(|re| re.is_match(&text)) {
         level = Level::Warning;
     }
-    if let Some(re) = RAY_REPEATED.as_ref() {
+    if let Some(re) = SUFFIX.as_ref() {
         if let Some(m) = re.find(&text) {
             text.truncate(m.start());
         }
@@ -244,6 +254,14 @@ fn visible(raw: &[u8]) -> String {
             }
         }
     }
+    if out.starts_with(|c: char| c.is_ascii_digit()) {
+        let residue = LEADING_RESIDUE
+            .as_ref()
+            .and_then(|re| re.captures(&out))
+            .and_then(|caps| caps.get(1))
+            .map_or(0, |m| m.end());
+        out.drain(..residue);
+    }
     out
 }
 
@@ -259,7 +277,12 @@ mod tests {
     fn every_prefix_pattern_compiles() {
         let prefixes = PREFIXES.as_ref().expect("prefix patterns compile");
         assert_eq!(prefixes.each.len(), PREFIX_PATTERNS.len());
-        assert!(PY_WARNING.is_some() && RAY_REPEATED.is_some() && ANSI_RESIDUE.is_some());
+        assert!(
+            PY_WARNING.is_some()
+                && SUFFIX.is_some()
+                && ANSI_RESIDUE.is_some()
+                && LEADING_RESIDUE.is_some()
+        );
     }
 
     #[test]
@@ -336,6 +359,36 @@ mod tests {
                 Level::Unknown,
             ),
             ("WARNING:root:careful", "careful", Level::Warning),
+            (
+                "^[[1;36m(VllmWorker rank=0 pid=13543)^[[0;0m ERROR 08-12 08:45:18 [x.py:1] boom",
+                "boom",
+                Level::Error,
+            ),
+            (
+                "1;36m(VllmWorker rank=5 pid=33503) ERROR 03-06 06:49:30 [multiproc_executor.py:375] boom",
+                "boom",
+                Level::Error,
+            ),
+            (
+                "│ ERROR 09-27 06:46:46 engine.py:157]     RuntimeError: boom      │",
+                "RuntimeError: boom",
+                Level::Error,
+            ),
+            (
+                "2025-03-21 17:08:31,569 - finetrainers - ERROR - Error during training",
+                "Error during training",
+                Level::Error,
+            ),
+            (
+                "2023/10/26 12:12:06 E0628 19:13:22.730840  3624 net_dag.cc:195] bad",
+                "bad",
+                Level::Error,
+            ),
+            (
+                "E0303 11:40:42.533000 713 site-packages/torch/_inductor/runtime/triton_heuristics.py:533] subprocess.CalledProcessError: x",
+                "subprocess.CalledProcessError: x",
+                Level::Error,
+            ),
             (
                 "      ModuleNotFoundError: No module named 'x'",
                 "ModuleNotFoundError: No module named 'x'",

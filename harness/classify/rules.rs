@@ -245,14 +245,19 @@ fn trigger(
     }) {
         return Ok(None);
     }
-    let mut alternatives: Vec<String> = vec![format!(
-        "(?i-u:{})",
+    // ASCII words match in any case, byte by byte (fast); others (`已杀死`) exactly.
+    let (ascii, other): (Vec<&String>, Vec<&String>) = words.iter().partition(|w| w.is_ascii());
+    let join = |words: &[&String]| {
         words
             .iter()
             .map(|w| regex::escape(w))
             .collect::<Vec<_>>()
             .join("|")
-    )];
+    };
+    let mut alternatives: Vec<String> = vec![format!("(?i-u:{})", join(&ascii))];
+    if !other.is_empty() {
+        alternatives.push(format!("(?:{})", join(&other)));
+    }
     alternatives.extend(user.iter().map(|r| format!("(?:{})", r.pattern)));
     regex::bytes::RegexBuilder::new(&alternatives.join("|"))
         .size_limit(SIZE_LIMIT)
