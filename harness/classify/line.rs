@@ -67,7 +67,7 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d\s+[\w.-]+\s+[\w./@-]+(?:\[\d+\])?:\s*",
     // TensorRT-LLM: `[02/05/2026-06:58:48] `, `[TRT-LLM] [E] `, `[TensorRT-LLM][ERROR] `.
     r"^\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]\s*",
-    r"^\[TRT-LLM\]\s*\[([EWIVD])\]\s*",
+    r"^\[TRT-LLM\]\s*(?:\[RANK \d+\]\s*)?\[([EWIVD])\]\s*",
     r"^\[TensorRT-LLM\]\[(ERROR|WARNING|INFO|DEBUG|VERBOSE|TRACE)\]\s*",
     r"^\[TensorRT-LLM\]\s*",
     // Ray and vLLM/sglang process prefixes: `(RayWorkerWrapper pid=4009, ip=10.0.0.1) `,
