@@ -81,6 +81,8 @@ const PREFIX_PATTERNS: &[&str] = &[
     // glog / c10: `[E822 16:31:16.131931664 ProcessGroupNCCL.cpp:632] `, `W1209 02:28:15.28 12 x.cc:1] `.
     r"^\[?([EWIFD])\d{3,4}\s+\d\d:\d\d:\d\d(?:\.\d+)?(?:\s+\d+)?\s+[\w./-]+:\d+\]\s*",
     r"^\[([EWIFD]) [\w.-]+:\d+\]\s*",
+    // TensorFlow-style: `W tensorflow/stream_executor/dso_loader.cc:64] `.
+    r"^([EWIF]) [\w./-]+:\d+\]\s*",
     // NCCL: `host:1234:5678 [0] NCCL INFO `.
     r"^[\w.-]+:\d+:\d+ \[\d+\] NCCL (INFO|WARN|ERROR|TRACE)\s*",
     r"^NCCL (INFO|WARN)\s+",
