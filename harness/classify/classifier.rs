@@ -670,6 +670,75 @@ mod tests {
         );
     }
 
+    /// Lines of exactly 64 bytes: a 1 MiB read block holds 16384 of them, so line 16384 ends the
+    /// first block and line 16385 starts the second.
+    fn fixed_lines(count: u64, hits: &[(u64, &str)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for n in 1..=count {
+            let text = hits
+                .iter()
+                .find(|(at, _)| *at == n)
+                .map_or_else(|| format!("INFO step {n}"), |(_, t)| (*t).to_owned());
+            let mut line = format!("{text:<63}").into_bytes();
+            line.truncate(63);
+            line.push(b'\n');
+            out.extend_from_slice(&line);
+        }
+        out
+    }
+
+    #[test]
+    fn excerpts_and_reach_span_read_blocks() {
+        let ima = "RuntimeError: CUDA error: an illegal memory access";
+        // The root cause ends the first block: the lines after it come from the second.
+        let bytes = fixed_lines(40_000, &[(16_384, ima)]);
+        let c = Classifier::builtin()
+            .classify_reader(bytes.as_slice(), &Evidence::default())
+            .expect("classify");
+        assert_eq!(c.line, Some(16_384));
+        let excerpt = c.excerpt.expect("excerpt");
+        let lines: Vec<&str> = excerpt.lines().collect();
+        assert_eq!(lines.len(), 9, "{excerpt}");
+        assert_eq!(lines[0].trim_end(), "INFO step 16381");
+        assert_eq!(lines[8].trim_end(), "INFO step 16389");
+        // The root cause starts the second block: the lines before it come from the first.
+        let bytes = fixed_lines(40_000, &[(16_385, ima)]);
+        let c = Classifier::builtin()
+            .classify_reader(bytes.as_slice(), &Evidence::default())
+            .expect("classify");
+        assert_eq!((c.line, c.excerpt_start), (Some(16_385), Some(16_382)));
+        let excerpt = c.excerpt.expect("excerpt");
+        assert!(excerpt.starts_with("INFO step 16382"), "{excerpt}");
+        // A wrapper at the end of one block yields to its cause at the start of the next.
+        let bytes = fixed_lines(
+            40_000,
+            &[
+                (16_383, "RuntimeError: NCCL error: unhandled cuda error"),
+                (
+                    16_386,
+                    "Cuda failure 'an illegal memory access was encountered'",
+                ),
+            ],
+        );
+        let c = Classifier::builtin()
+            .classify_reader(bytes.as_slice(), &Evidence::default())
+            .expect("classify");
+        assert_eq!(
+            (c.signature, c.line),
+            (Signature::IllegalAddress, Some(16_386))
+        );
+        // The end of the log is the tail, across blocks too.
+        let bytes = fixed_lines(40_000, &[]);
+        let c = Classifier::builtin()
+            .classify_reader(bytes.as_slice(), &exit(Some(139), None))
+            .expect("classify");
+        assert_eq!(c.excerpt_start, Some(39_993));
+        assert!(
+            c.excerpt
+                .is_some_and(|e| e.trim_end().ends_with("INFO step 40000"))
+        );
+    }
+
     /// Generates a log of `lines` noise lines with a root cause at line `root`, without holding it.
     struct Generated {
         next: u64,

@@ -209,11 +209,6 @@ impl Table {
         let rule = &self.rules[index];
         (rule.user, rule.precedence)
     }
-
-    /// Whether a raw line could match any rule.
-    pub(crate) fn triggers(&self, raw: &[u8]) -> bool {
-        self.trigger.as_ref().is_none_or(|t| t.is_match(raw))
-    }
 }
 
 pub(crate) fn parse_builtin() -> Result<RulesFile, ClassifyError> {
