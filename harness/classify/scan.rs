@@ -80,8 +80,6 @@ pub(crate) struct Findings {
     pub(crate) hangs: Vec<HangSeen>,
     /// The last lines of the log.
     pub(crate) tail: Excerpt,
-    /// Lines in the log.
-    pub(crate) lines: u64,
 }
 
 /// Streams `reader` once through `table`.
@@ -275,7 +273,7 @@ impl<R: Read> Blocks<R> {
 
 /// What a worker found in one block: the lines some rule fires on, in order.
 #[derive(Debug, Default)]
-pub(crate) struct BlockScan {
+struct BlockScan {
     examined: Vec<Examined>,
     /// Lines in the block.
     lines: u64,
@@ -610,7 +608,6 @@ impl<'t> Sequencer<'t> {
             lines,
             after: 0,
         };
-        self.found.lines = self.line;
         self.found
     }
 }
