@@ -12,7 +12,7 @@
 //!   follow it (an NCCL watchdog on another rank, "worker died", "core dumped") are secondary.
 //!   The watchdog's [`Verdict`] and the exit status ([`Evidence`]) decide only when the log
 //!   names no fatal error.
-//! - A [`Classification`] carries the signature, a [`fingerprint`] (the root-cause line with
+//! - A [`Classification`] carries the signature, a [`fingerprint()`] (the root-cause line with
 //!   addresses, numbers, ranks, paths and times normalised away), the line number and an excerpt.
 //!
 //! Module layout: `classifier` (public types, choosing the root cause), `scan` (the streaming
