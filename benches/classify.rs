@@ -112,7 +112,8 @@ fn main() -> std::io::Result<()> {
         Mix::WarningHeavy,
     )?;
     println!(
-        "classify throughput: {realistic:.0} MB/s on a realistic log, {heavy:.0} MB/s on a warning-heavy one (best of 3)"
+        "classify throughput: {realistic:.0} MB/s on a realistic log, {heavy:.0} MB/s on a warning-heavy one (best of 3, {} threads available)",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     Ok(())
 }
