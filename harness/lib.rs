@@ -8,6 +8,8 @@
 //! - [`diag`]: renders problems in files as `--> file:line:col` with a caret.
 //! - [`signature`]: the root-cause taxonomy shared by everything below.
 //! - [`record`]: one line of `results.jsonl`, the stable output format.
+//! - [`classify`]: names a failed cell's root cause from its log, exit status and watchdog verdict
+//!   (built-in rules in `classify/rules.toml`, plus a matrix file's `[[rules]]`).
 //! - [`cli`]: the command line; each subcommand is a thin wrapper over the modules above.
 //! - [`errors`]: exit codes and the error type the command line prints.
 

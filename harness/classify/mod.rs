@@ -1,127 +1,29 @@
-//! Temporary classifier with the final API; replaced by the full rule table.
+//! Failure classification: name the root cause of a failed cell from its log and how it ended
+//! (DESIGN.md "Signatures").
+//!
+//! Brief overview:
+//! - `rules.toml` is the one table of what log lines mean: pattern, signature, precedence,
+//!   whether it is an infrastructure fault, an explanation and a hint, with example lines that
+//!   the tests run. Matrix files add `[[rules]]` on top ([`Classifier::with_rules`]).
+//! - [`Classifier`] streams a log once (bounded memory, invalid UTF-8 and binary bytes welcome):
+//!   a trigger-word prefilter skips most lines unexamined, the rest are stripped of process,
+//!   rank, timestamp and level prefixes and matched against all rules at once.
+//! - The root cause is the first fatal line, not the last or the most frequent: errors that
+//!   follow it (an NCCL watchdog on another rank, "worker died", "core dumped") are secondary.
+//!   The watchdog's [`Verdict`] and the exit status ([`Evidence`]) decide only when the log
+//!   names no fatal error.
+//! - A [`Classification`] carries the signature, a [`fingerprint()`] (the root-cause line with
+//!   addresses, numbers, ranks, paths and times normalised away), the line number and an excerpt.
+//!
+//! Module layout: `classifier` (public types, choosing the root cause), `scan` (the streaming
+//! pass), `line` (prefix stripping), `rules` (the table), `fingerprint`.
 
-use crate::record::Exit;
-use crate::signature::Signature;
-use serde::Serialize;
-use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
+mod classifier;
+mod fingerprint;
+mod line;
+mod rules;
+mod scan;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    Deadlock,
-    Timeout,
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct Evidence {
-    pub exit: Option<Exit>,
-    pub watchdog: Option<Verdict>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Classification {
-    pub signature: Signature,
-    pub fingerprint: Option<String>,
-    pub line: Option<u64>,
-    pub excerpt: Option<String>,
-    pub spurious: bool,
-    pub explanation: Option<String>,
-    pub hint: Option<String>,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("bad rule")]
-pub struct ClassifyError;
-
-#[derive(Debug)]
-pub struct Classifier {
-    rules: Vec<(regex::Regex, Signature, bool)>,
-}
-
-impl Classifier {
-    pub fn builtin() -> Classifier {
-        let rules = [
-            ("illegal memory access", Signature::IllegalAddress, false),
-            (
-                "no kernel image is available",
-                Signature::NoKernelImage,
-                false,
-            ),
-            ("out of memory", Signature::Oom, false),
-            (
-                "Could not find a version|Failed to fetch|Connection refused",
-                Signature::DependencyError,
-                true,
-            ),
-            (
-                "ModuleNotFoundError|ImportError",
-                Signature::DependencyError,
-                false,
-            ),
-            ("Segmentation fault", Signature::Segfault, false),
-            (
-                "timed out waiting for completion flag",
-                Signature::CollectiveTimeout,
-                false,
-            ),
-        ];
-        Classifier {
-            rules: rules
-                .iter()
-                .filter_map(|(p, s, sp)| regex::Regex::new(p).ok().map(|r| (r, *s, *sp)))
-                .collect(),
-        }
-    }
-
-    pub fn with_rules(_user: &[crate::matrix::UserRule]) -> Result<Classifier, ClassifyError> {
-        Ok(Self::builtin())
-    }
-
-    pub fn classify_reader<R: Read>(
-        &self,
-        reader: R,
-        evidence: &Evidence,
-    ) -> std::io::Result<Classification> {
-        let mut found = None;
-        for (n, line) in BufReader::new(reader).split(b'\n').enumerate() {
-            let line = line?;
-            let text = String::from_utf8_lossy(&line);
-            if let Some((_, sig, spurious)) = self.rules.iter().find(|(r, _, _)| r.is_match(&text))
-            {
-                found = Some((n as u64 + 1, *sig, *spurious, text.to_string()));
-                break;
-            }
-        }
-        let (signature, line, spurious, text) = match found {
-            Some((n, s, sp, t)) => (s, Some(n), sp, Some(t)),
-            None => match (evidence.watchdog, evidence.exit) {
-                (Some(Verdict::Deadlock), _) => (Signature::Deadlock, None, false, None),
-                (Some(Verdict::Timeout), _) => (Signature::Timeout, None, false, None),
-                (
-                    None,
-                    Some(Exit {
-                        signal: Some(11), ..
-                    }),
-                ) => (Signature::Segfault, None, false, None),
-                _ => (Signature::Unknown, None, false, None),
-            },
-        };
-        Ok(Classification {
-            signature,
-            fingerprint: text.clone(),
-            line,
-            excerpt: text,
-            spurious,
-            explanation: None,
-            hint: None,
-        })
-    }
-
-    pub fn classify_file(
-        &self,
-        path: &Path,
-        evidence: &Evidence,
-    ) -> std::io::Result<Classification> {
-        self.classify_reader(std::fs::File::open(path)?, evidence)
-    }
-}
+pub use classifier::{Classification, Classifier, ClassifyError, Evidence, Verdict};
+pub use fingerprint::fingerprint;
+pub use rules::BUILTIN_RULES;

@@ -334,13 +334,9 @@ async fn run_attempt(
 
 fn infra_classification() -> Classification {
     Classification {
-        signature: Signature::Unknown,
-        fingerprint: None,
-        line: None,
-        excerpt: None,
         spurious: true,
         explanation: Some("the harness could not start the cell".to_owned()),
-        hint: None,
+        ..Classification::unknown()
     }
 }
 
@@ -365,15 +361,7 @@ fn classify(
     let mut found = shared
         .classifier
         .classify_file(log_path, &evidence)
-        .unwrap_or(Classification {
-            signature: Signature::Unknown,
-            fingerprint: None,
-            line: None,
-            excerpt: None,
-            spurious: false,
-            explanation: None,
-            hint: None,
-        });
+        .unwrap_or_else(|_| Classification::unknown());
     if found.signature == Signature::Unknown {
         if let Trouble::Invalid(reason) = trouble {
             found.signature = Signature::WrongOutput;

@@ -1,0 +1,871 @@
+//! The classifier's public face: evidence in, one [`Classification`] out.
+//!
+//! Choosing the root cause, in order:
+//! 1. the first fatal line of the log (a higher-ranked fatal line a few lines later, in the same
+//!    error block, replaces it): a fatal error before a hang or a crash wins over both;
+//! 2. the watchdog's verdict (`deadlock`, `timeout`), pointing at the log's hang lines if any;
+//! 3. hang lines seen often enough (vLLM's repeating "no shared memory broadcast block");
+//! 4. the exit status: SIGSEGV (139) is a `segfault`, SIGILL an `illegal_instruction`, SIGKILL
+//!    with the OOM killer's mark in the log (`Killed`) an `oom`;
+//! 5. the first weak line (a generic exception, "worker died", a bare `Killed`);
+//! 6. otherwise `unknown`, with no line.
+
+use super::fingerprint::fingerprint;
+use super::rules::Table;
+use super::scan::{self, Excerpt, Findings, Hit};
+use crate::matrix::UserRule;
+use crate::record::Exit;
+use crate::signature::Signature;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock};
+
+/// The harness watchdog's verdict on a cell that did not end by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// No progress (no output, CPU or GPU activity) for the no-progress window.
+    Deadlock,
+    /// Still busy when the deadline passed.
+    Timeout,
+}
+
+impl Verdict {
+    pub fn signature(self) -> Signature {
+        match self {
+            Verdict::Deadlock => Signature::Deadlock,
+            Verdict::Timeout => Signature::Timeout,
+        }
+    }
+}
+
+/// What is known about a cell's end besides its log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Evidence {
+    /// How the main process ended, when it ended by itself.
+    pub exit: Option<Exit>,
+    /// The watchdog's verdict, when it stopped the cell.
+    pub watchdog: Option<Verdict>,
+}
+
+/// The root cause of one failed cell, as named from its log and evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Classification {
+    pub signature: Signature,
+    /// The normalised root-cause line, for deduplication across nights and hosts.
+    pub fingerprint: Option<String>,
+    /// 1-based line number of the root cause; `None` when no line names it.
+    pub line: Option<u64>,
+    /// A few lines around the root cause (or the end of the log when no line names it).
+    pub excerpt: Option<String>,
+    /// Infrastructure fault (runner, network, disk, hardware): never a regression.
+    pub spurious: bool,
+    /// What the failure means.
+    pub explanation: Option<String>,
+    /// What to try.
+    pub hint: Option<String>,
+    /// The id of the rule that decided (`rules.toml`, or `matrix-rule-N` for the matrix file's).
+    pub rule: Option<String>,
+    /// 1-based line number of the excerpt's first line.
+    pub excerpt_start: Option<u64>,
+}
+
+impl Classification {
+    /// Nothing in the log or the evidence names a failure.
+    pub fn unknown() -> Classification {
+        Classification {
+            signature: Signature::Unknown,
+            fingerprint: None,
+            line: None,
+            excerpt: None,
+            spurious: false,
+            explanation: None,
+            hint: None,
+            rule: None,
+            excerpt_start: None,
+        }
+    }
+}
+
+/// The classifier could not be built (a user rule's pattern does not compile).
+#[derive(Debug, thiserror::Error)]
+pub enum ClassifyError {
+    #[error("invalid pattern in rule `{rule}`: `{pattern}`")]
+    Pattern {
+        rule: String,
+        pattern: String,
+        #[source]
+        source: regex::Error,
+    },
+    #[error("the rules do not compile together")]
+    Set {
+        #[source]
+        source: regex::Error,
+    },
+    #[error("the built-in rule table is invalid")]
+    Table {
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+}
+
+/// Names root causes. Built once, shared freely (`Send + Sync`, cheap to clone).
+#[derive(Debug, Clone)]
+pub struct Classifier {
+    table: Arc<Table>,
+}
+
+/// The built-in table, compiled on first use. It is data compiled into the binary and checked by
+/// the tests in `rules.rs`, so failing here is a build defect, not a runtime condition.
+static BUILTIN: LazyLock<Arc<Table>> = LazyLock::new(|| {
+    #[expect(
+        clippy::expect_used,
+        reason = "the embedded rules.toml is validated by unit tests"
+    )]
+    Arc::new(Table::build(&[]).expect("built-in rules.toml compiles"))
+});
+
+impl Classifier {
+    /// The built-in rule table only.
+    pub fn builtin() -> Classifier {
+        Classifier {
+            table: Arc::clone(&BUILTIN),
+        }
+    }
+
+    /// The built-in table plus a matrix file's `[[rules]]`, which are tried first: on the same
+    /// line a user rule beats any built-in one.
+    pub fn with_rules(user: &[UserRule]) -> Result<Classifier, ClassifyError> {
+        if user.is_empty() {
+            return Ok(Classifier::builtin());
+        }
+        Ok(Classifier {
+            table: Arc::new(Table::build(user)?),
+        })
+    }
+
+    /// Classifies a log read from `reader` (streamed; memory stays bounded).
+    pub fn classify_reader<R: io::Read>(
+        &self,
+        reader: R,
+        evidence: &Evidence,
+    ) -> io::Result<Classification> {
+        let found = scan::scan(&self.table, reader)?;
+        Ok(self.resolve(found, evidence))
+    }
+
+    /// Classifies a log file. Errors name the path.
+    pub fn classify_file(&self, path: &Path, evidence: &Evidence) -> io::Result<Classification> {
+        let file = std::fs::File::open(path).map_err(|err| with_path(path, err))?;
+        self.classify_reader(file, evidence)
+            .map_err(|err| with_path(path, err))
+    }
+
+    fn resolve(&self, found: Findings, evidence: &Evidence) -> Classification {
+        let Findings {
+            strong,
+            weak,
+            weak_by_signature,
+            hangs,
+            tail,
+            ..
+        } = found;
+        if let Some(hit) = strong {
+            return self.name_hit(hit);
+        }
+        if let Some(verdict) = evidence.watchdog {
+            let (explanation, hint) = match verdict {
+                Verdict::Deadlock => (
+                    "the harness watchdog saw no progress (no output, CPU or GPU activity) for the no-progress window, and the log shows no fatal error before the hang",
+                    "find the process that stopped first (a JIT compile lock held across ranks, a collective missing a rank); `py-spy dump` of each process shows where it waits",
+                ),
+                Verdict::Timeout => (
+                    "the cell was still busy when its deadline passed, and the log shows no fatal error",
+                    "a cold JIT compile can take minutes: raise the cell's `timeout` if the work was progressing, or look for the slow phase",
+                ),
+            };
+            let mut out = match hangs.into_iter().next() {
+                Some(seen) => self.name_hit(seen.first),
+                None => from_tail(&tail),
+            };
+            out.signature = verdict.signature();
+            out.spurious = false;
+            out.explanation = Some(explanation.to_owned());
+            out.hint = Some(hint.to_owned());
+            if out.line.is_none() {
+                out.rule = None;
+            }
+            return out;
+        }
+        if let Some(seen) = hangs
+            .into_iter()
+            .find(|h| h.count >= self.table.rules[h.first.rule].min_count)
+        {
+            return self.name_hit(seen.first);
+        }
+        if let Some(signal) = evidence.exit.as_ref().and_then(exit_signal) {
+            let weak_of = |sig: Signature| {
+                weak_by_signature
+                    .iter()
+                    .find(|(s, _)| *s == sig)
+                    .map(|(_, hit)| hit.clone())
+            };
+            match signal {
+                SIGKILL => {
+                    if let Some(hit) = weak_of(Signature::Oom) {
+                        return self.name_hit(hit);
+                    }
+                }
+                SIGSEGV | SIGBUS => {
+                    return from_signal(
+                        &tail,
+                        Signature::Segfault,
+                        signal,
+                        "a native crash in host code (C++/CUDA extension, driver library), or a too-small /dev/shm for SIGBUS",
+                        "run the cell with `PYTHONFAULTHANDLER=1` (and `ulimit -c unlimited`) to get the native stack; check extensions built against another torch",
+                    );
+                }
+                SIGILL => {
+                    return from_signal(
+                        &tail,
+                        Signature::IllegalInstruction,
+                        signal,
+                        "the CPU hit an instruction it does not support: a build for newer CPU features than the runner has",
+                        "use a build for the runner's CPU, or a runner with the required instruction set",
+                    );
+                }
+                _ => {}
+            }
+        }
+        if let Some(hit) = weak {
+            return self.name_hit(hit);
+        }
+        let failed = evidence
+            .exit
+            .is_some_and(|exit| exit.signal.is_some() || exit.code.is_some_and(|c| c != 0));
+        if failed {
+            from_tail(&tail)
+        } else {
+            Classification::unknown()
+        }
+    }
+
+    fn name_hit(&self, hit: Hit) -> Classification {
+        let rule = &self.table.rules[hit.rule];
+        let mut out = Classification {
+            signature: rule.signature,
+            fingerprint: Some(fingerprint(&hit.text)),
+            line: Some(hit.line),
+            excerpt: Some(excerpt_text(&hit.excerpt)),
+            spurious: rule.spurious,
+            explanation: rule.explanation.clone(),
+            hint: rule.hint.clone(),
+            rule: Some(rule.id.clone()),
+            excerpt_start: Some(hit.excerpt.start),
+        };
+        if let Some(context) = hit.tainted_by.map(|i| &self.table.rules[i]) {
+            out.spurious = true;
+            out.explanation = match (&rule.explanation, &context.explanation) {
+                (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+                (a, b) => a.clone().or_else(|| b.clone()),
+            };
+            out.hint = context.hint.clone().or(out.hint);
+        }
+        out
+    }
+}
+
+const SIGILL: i32 = 4;
+const SIGBUS: i32 = 7;
+const SIGKILL: i32 = 9;
+const SIGSEGV: i32 = 11;
+
+/// The signal that ended a process: given directly, as a negative code (Python's `returncode`),
+/// or as the shell's `128 + n`.
+fn exit_signal(exit: &Exit) -> Option<i32> {
+    exit.signal.or(match exit.code {
+        Some(code) if (129..160).contains(&code) => Some(code - 128),
+        Some(code) if (-64..0).contains(&code) => Some(-code),
+        _ => None,
+    })
+}
+
+fn from_signal(
+    tail: &Excerpt,
+    signature: Signature,
+    signal: i32,
+    what: &str,
+    hint: &str,
+) -> Classification {
+    let mut out = from_tail(tail);
+    out.signature = signature;
+    out.explanation = Some(format!(
+        "the process died of signal {signal} ({}) and the log names no earlier cause: {what}",
+        signal_name(signal)
+    ));
+    out.hint = Some(hint.to_owned());
+    out
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        SIGILL => "SIGILL",
+        SIGBUS => "SIGBUS",
+        SIGKILL => "SIGKILL",
+        SIGSEGV => "SIGSEGV",
+        _ => "signal",
+    }
+}
+
+/// No line names the cause: show the end of the log.
+fn from_tail(tail: &Excerpt) -> Classification {
+    let mut out = Classification::unknown();
+    if !tail.lines.is_empty() {
+        out.excerpt = Some(excerpt_text(tail));
+        out.excerpt_start = Some(tail.start);
+    }
+    out
+}
+
+fn excerpt_text(excerpt: &Excerpt) -> String {
+    excerpt.lines.join("\n")
+}
+
+/// An I/O error that says which file it was about.
+#[derive(Debug)]
+struct PathError {
+    path: PathBuf,
+    source: io::Error,
+}
+
+impl fmt::Display for PathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot read `{}`", self.path.display())
+    }
+}
+
+impl std::error::Error for PathError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+fn with_path(path: &Path, source: io::Error) -> io::Error {
+    io::Error::new(
+        source.kind(),
+        PathError {
+            path: path.to_path_buf(),
+            source,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn classify(text: &str, evidence: Evidence) -> Classification {
+        Classifier::builtin()
+            .classify_reader(text.as_bytes(), &evidence)
+            .expect("classify")
+    }
+
+    fn log(text: &str) -> Classification {
+        classify(text, Evidence::default())
+    }
+
+    fn exit(code: Option<i32>, signal: Option<i32>) -> Evidence {
+        Evidence {
+            exit: Some(Exit { code, signal }),
+            watchdog: None,
+        }
+    }
+
+    const NOISE: &str = "INFO 05-28 14:44:28 [loggers.py:116] Engine 000: Avg prompt throughput: 12.4 tokens/s\n\
+        [2025-12-09 02:28:12 TP0] Prefill batch, #new-seq: 1, #new-token: 1025, #cached-token: 0\n";
+
+    #[test]
+    fn the_harness_notes_are_not_the_cells_failure() {
+        let text = "[gpucompat] watchdog: no output, CPU or GPU activity for 2.0s; calling it a hang (phase ready)\n\
+            [gpucompat] request failed: connection refused (phase infer)\n\
+            [gpucompat] answer rejected: the answer is NaN\n";
+        assert_eq!(log(text), Classification::unknown());
+    }
+
+    #[test]
+    fn classifier_is_shareable() {
+        fn assert_send_sync<T: Send + Sync + Clone>() {}
+        assert_send_sync::<Classifier>();
+    }
+
+    #[test]
+    fn a_clean_log_without_evidence_is_unknown_without_a_line() {
+        let c = log(NOISE);
+        assert_eq!(c, Classification::unknown());
+        assert_eq!(log(""), Classification::unknown());
+    }
+
+    #[test]
+    fn first_fatal_line_wins_across_interleaved_ranks() {
+        let text = format!(
+            "{NOISE}\
+            [rank0]: RuntimeError: CUDA error: an illegal memory access was encountered\n\
+            [rank2]: Traceback (most recent call last):\n\
+            {NOISE}{NOISE}{NOISE}\
+            [rank3]:[E1209 02:28:15.28 ProcessGroupNCCL.cpp:1] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600009 milliseconds before timing out.\n\
+            [rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error\n\
+            [rank2]: RuntimeError: NCCL communicator was aborted on rank 2.\n\
+            Segmentation fault (core dumped)\n"
+        );
+        let c = log(&text);
+        assert_eq!(c.signature, Signature::IllegalAddress);
+        assert_eq!(c.line, Some(3));
+        assert_eq!(
+            c.fingerprint.as_deref(),
+            Some("RuntimeError: CUDA error: an illegal memory access was encountered")
+        );
+        // The most frequent line and the last line do not decide either.
+        let flood = format!(
+            "RuntimeError: FlashInfer requires sm75+\n{}Killed\n",
+            "[rank1]: ncclInternalError: Internal check failed.\n".repeat(50)
+        );
+        assert_eq!(log(&flood).signature, Signature::UnsupportedConfig);
+    }
+
+    #[test]
+    fn a_more_specific_cause_right_after_a_wrapper_wins() {
+        // NCCL says a CUDA call failed; the CUDA error it names is the root cause.
+        let text = "torch.distributed.DistBackendError: NCCL error in: NCCLUtils.hpp:275, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\n\
+            ncclUnhandledCudaError: Call to CUDA function failed.\n\
+            Last error:\n\
+            Cuda failure 'an illegal memory access was encountered'\n";
+        let c = log(text);
+        assert_eq!(c.signature, Signature::IllegalAddress);
+        assert_eq!(c.line, Some(4));
+        // Triton prints the kernel's source between the wrapper and the reason.
+        let source: String = (0..20)
+            .map(|i| format!("    x{i} = tl.load(ptr + {i})\n"))
+            .collect();
+        let text = format!(
+            "triton.compiler.errors.CompilationError: at 1:0:\n{source}ValueError(\"type fp8e4nv not supported in this architecture. The supported fp8 dtypes are ('fp8e4b15', 'fp8e5')\")\n"
+        );
+        assert_eq!(log(&text).signature, Signature::UnsupportedConfig);
+        // Beyond the wrapper's reach, a later error is secondary even if it ranks higher.
+        let text = format!(
+            "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.\n{}RuntimeError: CUDA error: out of memory\n",
+            NOISE.repeat(30)
+        );
+        assert_eq!(log(&text).signature, Signature::JitCompileError);
+        // A first line that is not a wrapper stands, even if a higher-ranked error follows at
+        // once (a DeepEP timeout makes its kernel trap: the launch failure is a consequence).
+        let text = "DeepEP timeout check failed: rank = 3, thread = 0, value = 1024\n\
+            terminate called after throwing an instance of 'EPException'\n\
+            what():  Failed: CUDA error deep_ep.cpp:889 'unspecified launch failure'\n";
+        assert_eq!(log(text).signature, Signature::CollectiveTimeout);
+    }
+
+    #[test]
+    fn weak_lines_never_beat_a_fatal_line() {
+        let text = "Worker proc VllmWorker-0 died unexpectedly, shutting down executor.\n\
+            Fatal Python error: Aborted\n\
+            Killed\n\
+            ERROR 01-01 00:00:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n";
+        let c = log(text);
+        assert_eq!(c.signature, Signature::Oom);
+        assert_eq!(c.rule.as_deref(), Some("cuda-oom"));
+        assert_eq!(c.line, Some(4));
+        // Only weak lines: the first one, and an honest unknown for a generic exception.
+        let c = log("ValueError: bad config value\nKilled\n");
+        assert_eq!((c.signature, c.line), (Signature::Unknown, Some(1)));
+        assert_eq!(log("Killed\n").signature, Signature::Oom);
+    }
+
+    #[test]
+    fn scary_warnings_do_not_decide() {
+        let text = "WARNING 05-12 19:01:18 [__init__.py:26] Failed to import from vllm._C with ModuleNotFoundError(\"No module named 'vllm._C'\")\n\
+            gpu-node-3:1234:5678 [0] NCCL INFO NET/Plugin: Plugin load returned 2 : libnccl-net.so: cannot open shared object file: No such file or directory\n\
+            [W1209 02:28:15.28 CUDAAllocatorConfig.h:28] Warning: expandable_segments not supported on this platform (function operator())\n\
+            /usr/lib/python3/site-packages/torch/cuda/__init__.py:209: UserWarning: ImportError: flash_attn is missing\n\
+            INFO 01-01 00:00:00 [gpu_worker.py:1] To avoid out of memory errors, reduce max_num_seqs\n\
+            ERROR 05-12 19:01:19 [core.py:1] RuntimeError: CUDA error: misaligned address\n";
+        let c = log(text);
+        assert_eq!(c.signature, Signature::MisalignedAddress);
+        assert_eq!(c.line, Some(6));
+    }
+
+    #[test]
+    fn watchdog_verdict_decides_only_when_the_log_names_no_fatal_error() {
+        let deadlock = Evidence {
+            exit: Some(Exit {
+                code: None,
+                signal: Some(9),
+            }),
+            watchdog: Some(Verdict::Deadlock),
+        };
+        let c = classify(NOISE, deadlock);
+        assert_eq!(c.signature, Signature::Deadlock);
+        assert_eq!(c.line, None);
+        assert!(c.excerpt.is_some_and(|e| e.contains("Prefill batch")));
+        // Weak lines (the harness killed it) do not beat the verdict.
+        let c = classify(&format!("{NOISE}Killed\nKeyboardInterrupt\n"), deadlock);
+        assert_eq!(c.signature, Signature::Deadlock);
+        // A fatal error before the hang wins.
+        let text = format!(
+            "{NOISE}RuntimeError: CUDA error: an illegal memory access was encountered\n{NOISE}"
+        );
+        let c = classify(&text, deadlock);
+        assert_eq!(c.signature, Signature::IllegalAddress);
+        assert_eq!(c.line, Some(3));
+        // The verdict names the signature; the log's hang lines give the line.
+        let shm = "INFO 05-28 14:44:28 [shm_broadcast.py:681] No available shared memory broadcast block found in 60 seconds.\n";
+        let timeout = Evidence {
+            exit: None,
+            watchdog: Some(Verdict::Timeout),
+        };
+        let c = classify(&format!("{NOISE}{shm}"), timeout);
+        assert_eq!((c.signature, c.line), (Signature::Timeout, Some(3)));
+        // Without a verdict one such line could be a long compile; repeated, it is a hang.
+        assert_eq!(log(&format!("{NOISE}{shm}")).signature, Signature::Unknown);
+        let c = log(&format!("{NOISE}{shm}{shm}{shm}"));
+        assert_eq!((c.signature, c.line), (Signature::Deadlock, Some(3)));
+    }
+
+    #[test]
+    fn exit_status_decides_when_the_log_is_silent() {
+        let c = classify(NOISE, exit(Some(139), None));
+        assert_eq!((c.signature, c.line), (Signature::Segfault, None));
+        assert!(c.explanation.is_some_and(|e| e.contains("SIGSEGV")));
+        assert_eq!(
+            classify(NOISE, exit(None, Some(11))).signature,
+            Signature::Segfault
+        );
+        assert_eq!(
+            classify(NOISE, exit(Some(-11), None)).signature,
+            Signature::Segfault
+        );
+        assert_eq!(
+            classify(NOISE, exit(None, Some(4))).signature,
+            Signature::IllegalInstruction
+        );
+        // SIGKILL plus the OOM killer's mark is an OOM; SIGKILL alone says nothing.
+        let killed = format!("{NOISE}Killed\n");
+        let c = classify(&killed, exit(None, Some(9)));
+        assert_eq!((c.signature, c.line), (Signature::Oom, Some(3)));
+        assert_eq!(
+            classify(&killed, exit(Some(137), None)).signature,
+            Signature::Oom
+        );
+        let c = classify(NOISE, exit(None, Some(9)));
+        assert_eq!((c.signature, c.line), (Signature::Unknown, None));
+        assert!(c.excerpt.is_some());
+        // A generic exception does not explain a SIGSEGV; a named cause does.
+        let c = classify(&format!("ValueError: x\n{NOISE}"), exit(Some(139), None));
+        assert_eq!(c.signature, Signature::Segfault);
+        let c = classify(
+            "RuntimeError: CUDA error: an illegal memory access was encountered\n",
+            exit(Some(139), None),
+        );
+        assert_eq!(c.signature, Signature::IllegalAddress);
+        // A clean exit with a clean log: nothing to name, nothing to show.
+        assert_eq!(
+            classify(NOISE, exit(Some(0), None)),
+            Classification::unknown()
+        );
+    }
+
+    #[test]
+    fn infrastructure_faults_are_spurious() {
+        let c = log("OSError: [Errno 28] No space left on device\n");
+        assert!(c.spurious);
+        assert_eq!(c.signature, Signature::Unknown);
+        // An unresolvable pin is a dependency error, unless the index could not be reached.
+        let pin = "ERROR: Could not find a version that satisfies the requirement torch==2.5.1 (from versions: none)\n";
+        let c = log(pin);
+        assert_eq!(
+            (c.signature, c.spurious),
+            (Signature::DependencyError, false)
+        );
+        let retry = "WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f0d>: Failed to establish a new connection: [Errno -3] Temporary failure in name resolution')': /simple/torch/\n";
+        let c = log(&format!("{retry}{retry}{pin}"));
+        assert_eq!(
+            (c.signature, c.spurious),
+            (Signature::DependencyError, true)
+        );
+        assert!(c.hint.is_some_and(|h| h.contains("network")));
+        // A retry long before, which then succeeded, does not taint a later failure.
+        let c = log(&format!("{retry}{}{pin}", NOISE.repeat(40)));
+        assert!(!c.spurious);
+    }
+
+    #[test]
+    fn excerpt_shows_lines_around_the_root_cause() {
+        let mut text = String::new();
+        for i in 1..=20 {
+            if i == 10 {
+                text.push_str("RuntimeError: CUDA error: unspecified launch failure\n");
+            } else {
+                text.push_str(&format!("INFO step {i}\n"));
+            }
+        }
+        let c = log(&text);
+        assert_eq!(c.line, Some(10));
+        assert_eq!(c.excerpt_start, Some(7));
+        let excerpt = c.excerpt.expect("excerpt");
+        let lines: Vec<&str> = excerpt.lines().collect();
+        assert_eq!(lines.len(), 9);
+        assert_eq!(lines[0], "INFO step 7");
+        assert_eq!(
+            lines[3],
+            "RuntimeError: CUDA error: unspecified launch failure"
+        );
+        assert_eq!(lines[8], "INFO step 15");
+        // At the very start and end of a log the excerpt is shorter.
+        let c = log("RuntimeError: CUDA error: unspecified launch failure\nlast\n");
+        assert_eq!(c.excerpt_start, Some(1));
+        assert_eq!(
+            c.excerpt.as_deref(),
+            Some("RuntimeError: CUDA error: unspecified launch failure\nlast")
+        );
+    }
+
+    #[test]
+    fn binary_garbage_invalid_utf8_and_odd_line_endings_are_handled() {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(b"\x00\x01\xff\xfe garbage \x80\x81 error? \xc3\x28\n");
+        bytes.extend((0..=255u8).cycle().take(10_000).filter(|&b| b != b'\n'));
+        bytes.extend_from_slice(b"\r\n");
+        bytes.extend_from_slice(b"progress 10%\rprogress 90%\rRuntimeError: CUDA error: \xffno kernel image is available for execution on the device\r\n");
+        bytes.extend_from_slice(b"\x1b[31mtail without newline\x1b[0m");
+        let c = Classifier::builtin()
+            .classify_reader(bytes.as_slice(), &Evidence::default())
+            .expect("classify");
+        assert_eq!(c.signature, Signature::NoKernelImage);
+        assert_eq!(c.line, Some(3));
+        let excerpt = c.excerpt.expect("excerpt");
+        assert!(excerpt.ends_with("tail without newline"), "{excerpt}");
+        assert!(!excerpt.contains('\u{1b}') && !excerpt.contains('\0'));
+    }
+
+    #[test]
+    fn very_long_lines_are_cut_not_loaded() {
+        // A 3 MiB line (longer than a read block) before the root cause, then one after.
+        let mut text = "x".repeat(3 << 20);
+        text.push_str(" error at the far end\n");
+        text.push_str("RuntimeError: CUDA error: an illegal instruction was encountered\n");
+        text.push_str(&"y".repeat(200_000));
+        text.push('\n');
+        let c = log(&text);
+        assert_eq!(
+            (c.signature, c.line),
+            (Signature::IllegalInstruction, Some(2))
+        );
+        let excerpt = c.excerpt.expect("excerpt");
+        assert!(
+            excerpt.len() < 4_000,
+            "excerpt is capped: {} bytes",
+            excerpt.len()
+        );
+        // The root cause at the start of a long line is still seen.
+        let mut text = String::from("RuntimeError: CUDA error: misaligned address ");
+        text.push_str(&"z".repeat(2 << 20));
+        let c = log(&text);
+        assert_eq!(
+            (c.signature, c.line),
+            (Signature::MisalignedAddress, Some(1))
+        );
+    }
+
+    /// Lines of exactly 64 bytes: a 1 MiB read block holds 16384 of them, so line 16384 ends the
+    /// first block and line 16385 starts the second.
+    fn fixed_lines(count: u64, hits: &[(u64, &str)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for n in 1..=count {
+            let text = hits
+                .iter()
+                .find(|(at, _)| *at == n)
+                .map_or_else(|| format!("INFO step {n}"), |(_, t)| (*t).to_owned());
+            let mut line = format!("{text:<63}").into_bytes();
+            line.truncate(63);
+            line.push(b'\n');
+            out.extend_from_slice(&line);
+        }
+        out
+    }
+
+    #[test]
+    fn excerpts_and_reach_span_read_blocks() {
+        let ima = "RuntimeError: CUDA error: an illegal memory access";
+        // The root cause ends the first block: the lines after it come from the second.
+        let bytes = fixed_lines(40_000, &[(16_384, ima)]);
+        let c = Classifier::builtin()
+            .classify_reader(bytes.as_slice(), &Evidence::default())
+            .expect("classify");
+        assert_eq!(c.line, Some(16_384));
+        let excerpt = c.excerpt.expect("excerpt");
+        let lines: Vec<&str> = excerpt.lines().collect();
+        assert_eq!(lines.len(), 9, "{excerpt}");
+        assert_eq!(lines[0].trim_end(), "INFO step 16381");
+        assert_eq!(lines[8].trim_end(), "INFO step 16389");
+        // The root cause starts the second block: the lines before it come from the first.
+        let bytes = fixed_lines(40_000, &[(16_385, ima)]);
+        let c = Classifier::builtin()
+            .classify_reader(bytes.as_slice(), &Evidence::default())
+            .expect("classify");
+        assert_eq!((c.line, c.excerpt_start), (Some(16_385), Some(16_382)));
+        let excerpt = c.excerpt.expect("excerpt");
+        assert!(excerpt.starts_with("INFO step 16382"), "{excerpt}");
+        // A wrapper at the end of one block yields to its cause at the start of the next.
+        let bytes = fixed_lines(
+            40_000,
+            &[
+                (16_383, "RuntimeError: NCCL error: unhandled cuda error"),
+                (
+                    16_386,
+                    "Cuda failure 'an illegal memory access was encountered'",
+                ),
+            ],
+        );
+        let c = Classifier::builtin()
+            .classify_reader(bytes.as_slice(), &Evidence::default())
+            .expect("classify");
+        assert_eq!(
+            (c.signature, c.line),
+            (Signature::IllegalAddress, Some(16_386))
+        );
+        // The end of the log is the tail, across blocks too.
+        let bytes = fixed_lines(40_000, &[]);
+        let c = Classifier::builtin()
+            .classify_reader(bytes.as_slice(), &exit(Some(139), None))
+            .expect("classify");
+        assert_eq!(c.excerpt_start, Some(39_993));
+        assert!(
+            c.excerpt
+                .is_some_and(|e| e.trim_end().ends_with("INFO step 40000"))
+        );
+    }
+
+    /// Generates a log of `lines` noise lines with a root cause at line `root`, without holding it.
+    struct Generated {
+        next: u64,
+        lines: u64,
+        root: u64,
+        pending: Vec<u8>,
+        offset: usize,
+    }
+
+    impl Read for Generated {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            if self.offset == self.pending.len() {
+                if self.next > self.lines {
+                    return Ok(0);
+                }
+                self.pending.clear();
+                self.offset = 0;
+                // A few hundred lines at a time.
+                while self.pending.len() < 64 * 1024 && self.next <= self.lines {
+                    let line = if self.next == self.root {
+                        "(VllmWorker TP0 pid=265) ERROR 05-12 19:01:18 [multiproc_executor.py:470] RuntimeError: CUDA error: an illegal memory access was encountered\n".to_owned()
+                    } else if self.next > self.root && self.next % 3 == 0 {
+                        format!(
+                            "[rank{}]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error, NCCL version 2.21.5\n",
+                            self.next % 8
+                        )
+                    } else {
+                        format!(
+                            "INFO 05-28 14:44:28 [loggers.py:116] Engine 000: Avg prompt throughput: {}.4 tokens/s, Running: 12 reqs, request errors: 0\n",
+                            self.next
+                        )
+                    };
+                    self.pending.extend_from_slice(line.as_bytes());
+                    self.next += 1;
+                }
+            }
+            let n = out.len().min(self.pending.len() - self.offset);
+            out[..n].copy_from_slice(&self.pending[self.offset..self.offset + n]);
+            self.offset += n;
+            Ok(n)
+        }
+    }
+
+    /// Peak resident memory of this process, from /proc (Linux only).
+    fn peak_rss_kib() -> Option<u64> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    #[test]
+    fn streams_a_large_log_in_bounded_memory() {
+        let lines = 2_000_000; // about 200 MB
+        let root = lines - 1_000;
+        let before = peak_rss_kib();
+        let mut reader = Generated {
+            next: 1,
+            lines,
+            root,
+            pending: Vec::new(),
+            offset: 0,
+        };
+        let c = Classifier::builtin()
+            .classify_reader(&mut reader, &Evidence::default())
+            .expect("classify");
+        assert_eq!(c.signature, Signature::IllegalAddress);
+        assert_eq!(c.line, Some(root));
+        assert_eq!(c.excerpt_start, Some(root - 3));
+        // nextest runs each test in its own process, so the peak is this test's own.
+        if std::env::var_os("NEXTEST_EXECUTION_MODE").is_some_and(|m| m == "process-per-test") {
+            if let (Some(before), Some(after)) = (before, peak_rss_kib()) {
+                let grown_mib = after.saturating_sub(before) / 1024;
+                assert!(grown_mib < 64, "peak memory grew by {grown_mib} MiB");
+            }
+        }
+    }
+
+    #[test]
+    fn file_errors_name_the_path() {
+        let err = Classifier::builtin()
+            .classify_file(Path::new("/nonexistent/cell.log"), &Evidence::default())
+            .expect_err("missing");
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(err.to_string().contains("/nonexistent/cell.log"), "{err}");
+    }
+
+    #[test]
+    fn user_rules_are_tried_first() {
+        let user = [UserRule {
+            pattern: "Unsupported tile shape config \\d+ for MoE gemm".to_owned(),
+            signature: Signature::NoKernelImage,
+            precedence: 0,
+            spurious: false,
+            explanation: Some("SM110 reuses SM100 cubins".to_owned()),
+            hint: None,
+        }];
+        let classifier = Classifier::with_rules(&user).expect("rules");
+        let c = classifier
+            .classify_reader(
+                "RuntimeError: Unsupported tile shape config 256256128 for MoE gemm\n".as_bytes(),
+                &Evidence::default(),
+            )
+            .expect("classify");
+        assert_eq!(c.signature, Signature::NoKernelImage);
+        assert_eq!(c.rule.as_deref(), Some("matrix-rule-1"));
+        assert_eq!(c.explanation.as_deref(), Some("SM110 reuses SM100 cubins"));
+        // Anchored user patterns see the line without its prefixes.
+        let user = [UserRule {
+            pattern: "^MyEngineError: .*$".to_owned(),
+            signature: Signature::WrongOutput,
+            ..user[0].clone()
+        }];
+        let classifier = Classifier::with_rules(&user).expect("rules");
+        let c = classifier
+            .classify_reader(
+                "[rank0]: MyEngineError: answer drifted\n".as_bytes(),
+                &Evidence::default(),
+            )
+            .expect("classify");
+        assert_eq!((c.signature, c.line), (Signature::WrongOutput, Some(1)));
+    }
+}

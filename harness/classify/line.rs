@@ -1,0 +1,445 @@
+//! One log line as the rules see it: colour, carriage-return redraws, process and rank prefixes,
+//! timestamps and log levels stripped, the level kept aside.
+//!
+//! Cell logs interleave many writers: `(VllmWorker TP0 pid=265) ERROR 05-12 19:01:18 [x.py:470] `,
+//! `[rank3]:[E822 16:31:16.13 ProcessGroupNCCL.cpp:632] `, `vllm-1  | `, syslog and GitHub Actions
+//! timestamps. Rules match what the writer said, so anchors like `^Killed` mean the message itself.
+//! Only lines that passed the trigger prefilter get here, so this favours clarity over speed.
+
+use regex::{Regex, RegexSet};
+use std::sync::LazyLock;
+
+/// Longest prefix of a line that is examined; the rest of a longer line is ignored.
+pub(crate) const MAX_LINE: usize = 64 * 1024;
+
+/// Longest line kept in an excerpt, in characters.
+const MAX_DISPLAY: usize = 400;
+
+/// The log level a writer gave a line, when its prefix says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Level {
+    Unknown,
+    Error,
+    Warning,
+    Info,
+    Debug,
+}
+
+impl Level {
+    /// Warnings, info and debug lines: rules ignore them unless they say `any-level`.
+    pub(crate) fn is_quiet(self) -> bool {
+        match self {
+            Level::Warning | Level::Info | Level::Debug => true,
+            Level::Unknown | Level::Error => false,
+        }
+    }
+
+    fn from_word(word: &str) -> Level {
+        match word.to_ascii_uppercase().as_str() {
+            "E" | "F" | "ERROR" | "ERR" | "CRITICAL" | "FATAL" => Level::Error,
+            "W" | "WARN" | "WARNING" => Level::Warning,
+            "I" | "V" | "N" | "INFO" | "VERBOSE" | "NOTICE" => Level::Info,
+            "D" | "T" | "DEBUG" | "TRACE" => Level::Debug,
+            _ => Level::Unknown,
+        }
+    }
+}
+
+/// A line ready for the rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Cleaned {
+    /// The message, prefixes stripped.
+    pub(crate) text: String,
+    /// The innermost level a prefix gave.
+    pub(crate) level: Level,
+}
+
+/// Prefixes stripped from the start of a line, tried in order until none applies. Capture group 1,
+/// when present, is a log level.
+const PREFIX_PATTERNS: &[&str] = &[
+    // Ray's C++ logger: `[2024-07-25 10:46:00,050 E 24036 24036] logging.cc:440: `.
+    r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ([EWIFD]) \d+ \d+\]\s*(?:[\w.-]+:\d+:\s*)?",
+    // ISO timestamps, bare or bracketed with sglang's `TP0`/`DP1 TP3` suffixes, GitHub Actions'.
+    r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+[A-Z]{1,4}\d+)*\]?:?\s*",
+    // `2023/10/26 12:12:06 ` (Go, glog-style collectors).
+    r"^\d{4}/\d\d/\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s+",
+    // syslog/journald: `Oct 04 13:19:39 host unit[394]: `.
+    r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d\s+[\w.-]+\s+[\w./@-]+(?:\[\d+\])?:\s*",
+    // TensorRT-LLM: `[02/05/2026-06:58:48] `, `[TRT-LLM] [E] `, `[TensorRT-LLM][ERROR] `.
+    r"^\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]\s*",
+    r"^\[TRT-LLM\]\s*(?:\[RANK \d+\]\s*)?\[([EWIVD])\]\s*",
+    r"^\[TensorRT-LLM\]\[(ERROR|WARNING|INFO|DEBUG|VERBOSE|TRACE)\]\s*",
+    r"^\[TensorRT-LLM\]\s*",
+    // Ray and vLLM/sglang process prefixes: `(RayWorkerWrapper pid=4009, ip=10.0.0.1) `,
+    // `(EngineCore_DP0 pid=150) `, `(VllmWorker rank=0 pid=265) `, `(raylet) `.
+    r"^\((?:[^()]*\b(?:pid|ip)=[^()]*|raylet|gcs_server|autoscaler|dashboard(?:_agent)?|monitor)\)\s*",
+    // torchrun: `[rank3]:`, `[default0]:`; mpirun: `[1,0]<stderr>:`.
+    r"^\[(?:rank|default)\d+\]:\s*",
+    r"^\[\d+,\d+\]<std(?:out|err)>:\s*",
+    // vLLM: `ERROR 02-21 06:30:25 core.py:291] `, `INFO 05-28 14:44:28 [shm_broadcast.py:681] `.
+    r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+(?:\[[^\]]*\]|[\w./-]+:\d+\])\s?",
+    // glog / c10: `[E822 16:31:16.131931664 ProcessGroupNCCL.cpp:632] `, `W1209 02:28:15.28 12 x.cc:1] `.
+    r"^\[?([EWIFD])\d{3,4}\s+\d\d:\d\d:\d\d(?:\.\d+)?(?:\s+\d+)?\s+[\w./-]+:\d+\]\s*",
+    r"^\[([EWIFD]) [\w.-]+:\d+\]\s*",
+    // TensorFlow-style: `W tensorflow/stream_executor/dso_loader.cc:64] `.
+    r"^([EWIF]) [\w./-]+:\d+\]\s*",
+    // NCCL: `host:1234:5678 [0] NCCL INFO `.
+    r"^[\w.-]+:\d+:\d+ \[\d+\] NCCL (INFO|WARN|ERROR|TRACE)\s*",
+    r"^NCCL (INFO|WARN)\s+",
+    // GitHub Actions annotations, dmesg.
+    r"^##\[(error|warning|notice|debug)\]\s*",
+    r"^##\[(?:group|endgroup)\]\s*",
+    r"^\[\s*\d+\.\d+\]\s*",
+    // Python logging formats: `name 3118895 ERROR    `, `name - ERROR - `, loguru `| ERROR | stderr | `.
+    r"^[\w.]+\s+\d+\s+(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+",
+    r"^(?:-\s+)?[\w.]+ - (DEBUG|INFO|WARNING|ERROR|CRITICAL) - ",
+    r"^-\s+(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+-\s+",
+    r"^\|?\s*(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s*\|\s*(?:[\w.:-]+\s*\|\s*)?",
+    // `ERROR: `, `WARNING:root:`, `INFO:     ` (pip, logging.basicConfig, uvicorn).
+    r"^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b(?::[\w.]*:|:|\])?\s*",
+    // pytest's failure lines: `E       AssertionError: ...`.
+    r"^(E)\s{2,}",
+    r"^(Warning):\s*",
+    // docker compose: `vllm-1  | `.
+    r"^\w[\w.-]*\s+\|\s?",
+    // rich console boxes: `│ ERROR 09-27 ... │`.
+    r"^[│┃║]\s*",
+    // srun --label: `0: `.
+    r"^\d{1,4}:\s+",
+    r"^\s+",
+];
+
+/// The prefixes compiled: a set that says which apply (one pass), and each one for its length and
+/// level. `None` only if a pattern failed to compile, which a unit test rules out.
+struct Prefixes {
+    set: RegexSet,
+    each: Vec<Regex>,
+}
+
+static PREFIXES: LazyLock<Option<Prefixes>> = LazyLock::new(|| {
+    Some(Prefixes {
+        set: RegexSet::new(PREFIX_PATTERNS).ok()?,
+        each: PREFIX_PATTERNS
+            .iter()
+            .map(|p| Regex::new(p))
+            .collect::<Result<_, _>>()
+            .ok()?,
+    })
+});
+
+/// Python's `warnings` module: `/path/x.py:209: UserWarning: ...`.
+static PY_WARNING: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"^\S+:\d+: [A-Z]\w*Warning:|^[A-Z]\w*Warning: ").ok());
+
+/// Ray's deduplication suffix (`[repeated 2x across cluster]`) and the right border of a rich
+/// console box.
+static SUFFIX: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"\s*(?:\[repeated \d+x across cluster\]|[│┃║])\s*$").ok());
+
+/// SGR sequences whose escape byte got lost on the way (`[36m(RayWorkerWrapper ...`), or was
+/// pasted in caret notation (`^[[1;36m`), or lost its bracket too at the start of a line
+/// (`1;36m(VllmWorker ...`).
+static ANSI_RESIDUE: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"(?:\^\[)?\[\d{1,3}(?:;\d{1,3})*m").ok());
+static LEADING_RESIDUE: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"^((?:\d{1,3};)*\d{1,3}m)[(\[]").ok());
+
+/// Prepares a raw line (without its newline) for the rules.
+pub(crate) fn clean(raw: &[u8]) -> Cleaned {
+    let mut text = visible(raw);
+    let mut level = Level::Unknown;
+    if let Some(prefixes) = PREFIXES.as_ref() {
+        for _ in 0..16 {
+            // The first pattern in list order that applies (the set says which, in one pass).
+            let Some(index) = prefixes.set.matches(&text).iter().next() else {
+                break;
+            };
+            let re = &prefixes.each[index];
+            let end = if re.captures_len() > 1 {
+                let Some(caps) = re.captures(&text) else {
+                    break;
+                };
+                if let Some(word) = caps.get(1) {
+                    let found = Level::from_word(word.as_str());
+                    if found != Level::Unknown {
+                        level = found;
+                    }
+                }
+                caps.get(0).map_or(0, |m| m.end())
+            } else {
+                re.find(&text).map_or(0, |m| m.end())
+            };
+            if end == 0 {
+                break;
+            }
+            text.drain(..end);
+        }
+    }
+    if level == Level::Unknown && PY_WARNING.as_ref().is_some_and(|re| re.is_match(&text)) {
+        level = Level::Warning;
+    }
+    if let Some(re) = SUFFIX.as_ref() {
+        if let Some(m) = re.find(&text) {
+            text.truncate(m.start());
+        }
+    }
+    let trimmed = text.trim_end().len();
+    text.truncate(trimmed);
+    Cleaned { text, level }
+}
+
+/// Whether a cleaned line is source code quoted by a traceback (`File "..."`, `raise X(...)`,
+/// `^^^^` markers): the exception line below it is the one that counts.
+pub(crate) fn is_code(text: &str) -> bool {
+    text.starts_with("File \"")
+        || text.starts_with("raise ")
+        || text.starts_with("assert ")
+        || text.chars().all(|c| matches!(c, '^' | '~' | ' '))
+}
+
+/// A raw line as an excerpt shows it: valid UTF-8, no colour or control characters, capped.
+pub(crate) fn display(raw: &[u8]) -> String {
+    let raw = &raw[..raw.len().min(MAX_LINE)];
+    let mut text = visible(raw);
+    text.truncate(text.trim_end().len());
+    if let Some((cut, _)) = text.char_indices().nth(MAX_DISPLAY) {
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
+/// Lossy UTF-8 without the line ending, the last carriage-return redraw only (progress bars),
+/// ANSI escapes and their residue removed, other control characters turned into spaces.
+fn visible(raw: &[u8]) -> String {
+    let decoded = String::from_utf8_lossy(raw);
+    let mut line = decoded.trim_end_matches(['\n', '\r']);
+    if let Some(last) = line.rsplit('\r').find(|segment| !segment.trim().is_empty()) {
+        line = last;
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => match chars.next() {
+                // CSI: parameters and intermediates, then one final byte in `@`..`~`.
+                Some('[') => {
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+                // OSC: up to BEL or ESC `\`.
+                Some(']') => {
+                    while let Some(c) = chars.next() {
+                        if c == '\u{7}' {
+                            break;
+                        }
+                        if c == '\u{1b}' {
+                            chars.next_if_eq(&'\\');
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            },
+            '\t' => out.push('\t'),
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    if out.contains('[') {
+        if let Some(re) = ANSI_RESIDUE.as_ref() {
+            if let std::borrow::Cow::Owned(replaced) = re.replace_all(&out, "") {
+                out = replaced;
+            }
+        }
+    }
+    if out.starts_with(|c: char| c.is_ascii_digit()) {
+        let residue = LEADING_RESIDUE
+            .as_ref()
+            .and_then(|re| re.captures(&out))
+            .and_then(|caps| caps.get(1))
+            .map_or(0, |m| m.end());
+        out.drain(..residue);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(raw: &str) -> String {
+        clean(raw.as_bytes()).text
+    }
+
+    #[test]
+    fn every_prefix_pattern_compiles() {
+        let prefixes = PREFIXES.as_ref().expect("prefix patterns compile");
+        assert_eq!(prefixes.each.len(), PREFIX_PATTERNS.len());
+        assert!(
+            PY_WARNING.is_some()
+                && SUFFIX.is_some()
+                && ANSI_RESIDUE.is_some()
+                && LEADING_RESIDUE.is_some()
+        );
+    }
+
+    #[test]
+    fn strips_process_rank_and_level_prefixes() {
+        let cases = [
+            (
+                "(VllmWorker rank=0 pid=265) ERROR 05-12 19:01:18 [multiproc_executor.py:470] RuntimeError: boom",
+                "RuntimeError: boom",
+                Level::Error,
+            ),
+            (
+                "[rank0]:[E822 16:31:16.131931664 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught",
+                "[Rank 0] Watchdog caught",
+                Level::Error,
+            ),
+            (
+                "vllm-1  | ERROR 11-18 18:07:28 engine.py:366] ValueError: x",
+                "ValueError: x",
+                Level::Error,
+            ),
+            (
+                "\u{1b}[36m(RayWorkerWrapper pid=4009, ip=10.0.0.2)\u{1b}[0m [rank1]:[W ProcessGroupNCCL.cpp:563] careful",
+                "careful",
+                Level::Warning,
+            ),
+            (
+                "[36m(RayWorkerWrapper pid=4009) [rank1]:[E ProcessGroupNCCL.cpp:563] bad",
+                "bad",
+                Level::Error,
+            ),
+            (
+                "Oct 04 15:02:41 llm sd-webui-forge-start[394]: RuntimeError: CUDA error",
+                "RuntimeError: CUDA error",
+                Level::Unknown,
+            ),
+            (
+                "2026-02-13T15:56:24.8388014Z AssertionError: Tensor-likes are not close!",
+                "AssertionError: Tensor-likes are not close!",
+                Level::Unknown,
+            ),
+            (
+                "[2025-03-09 00:57:15 DP0 TP4] Watchdog timeout (self.watchdog_timeout=300)",
+                "Watchdog timeout (self.watchdog_timeout=300)",
+                Level::Unknown,
+            ),
+            (
+                "[02/05/2026-06:58:48] [TRT-LLM] [E] Encountered an error",
+                "Encountered an error",
+                Level::Error,
+            ),
+            (
+                "[2024-07-25 10:46:00,050 E 24036 24036] logging.cc:440: *** SIGSEGV received",
+                "*** SIGSEGV received",
+                Level::Error,
+            ),
+            (
+                "2024-04-27 10:13:05 | ERROR | stderr | Traceback (most recent call last):",
+                "Traceback (most recent call last):",
+                Level::Error,
+            ),
+            (
+                "gpu-node-3:1234:5678 [0] NCCL INFO NET/Plugin: Plugin load returned 2",
+                "NET/Plugin: Plugin load returned 2",
+                Level::Info,
+            ),
+            (
+                "E       AssertionError: Tensor-likes are not close!",
+                "AssertionError: Tensor-likes are not close!",
+                Level::Error,
+            ),
+            (
+                "(SGLangEngine pid=23902) subprocess.CalledProcessError: x [repeated 2x across cluster]",
+                "subprocess.CalledProcessError: x",
+                Level::Unknown,
+            ),
+            ("WARNING:root:careful", "careful", Level::Warning),
+            (
+                "^[[1;36m(VllmWorker rank=0 pid=13543)^[[0;0m ERROR 08-12 08:45:18 [x.py:1] boom",
+                "boom",
+                Level::Error,
+            ),
+            (
+                "1;36m(VllmWorker rank=5 pid=33503) ERROR 03-06 06:49:30 [multiproc_executor.py:375] boom",
+                "boom",
+                Level::Error,
+            ),
+            (
+                "│ ERROR 09-27 06:46:46 engine.py:157]     RuntimeError: boom      │",
+                "RuntimeError: boom",
+                Level::Error,
+            ),
+            (
+                "2025-03-21 17:08:31,569 - finetrainers - ERROR - Error during training",
+                "Error during training",
+                Level::Error,
+            ),
+            (
+                "2023/10/26 12:12:06 E0628 19:13:22.730840  3624 net_dag.cc:195] bad",
+                "bad",
+                Level::Error,
+            ),
+            (
+                "E0303 11:40:42.533000 713 site-packages/torch/_inductor/runtime/triton_heuristics.py:533] subprocess.CalledProcessError: x",
+                "subprocess.CalledProcessError: x",
+                Level::Error,
+            ),
+            (
+                "      ModuleNotFoundError: No module named 'x'",
+                "ModuleNotFoundError: No module named 'x'",
+                Level::Unknown,
+            ),
+            (
+                "0: [rank0]: RuntimeError: y",
+                "RuntimeError: y",
+                Level::Unknown,
+            ),
+        ];
+        for (raw, want, level) in cases {
+            let got = clean(raw.as_bytes());
+            assert_eq!(got.text, want, "{raw}");
+            assert_eq!(got.level, level, "{raw}");
+        }
+    }
+
+    #[test]
+    fn python_warnings_are_quiet() {
+        let got = clean(b"/x/torch/cuda/__init__.py:209: UserWarning: sm_120 is not compatible");
+        assert_eq!(got.level, Level::Warning);
+    }
+
+    #[test]
+    fn keeps_the_last_carriage_return_redraw_and_drops_control_bytes() {
+        assert_eq!(text("50%|#####\r100%|##########\rKilled\r\n"), "Killed");
+        assert_eq!(text("a\u{0}b\u{7}c"), "a b c");
+        assert_eq!(
+            display(b"\xff\xfeok\x1b[31m red\x1b[0m"),
+            "\u{fffd}\u{fffd}ok red"
+        );
+    }
+
+    #[test]
+    fn display_caps_long_lines() {
+        let long = "x".repeat(10_000);
+        let shown = display(long.as_bytes());
+        assert_eq!(shown.chars().count(), MAX_DISPLAY + 1);
+        assert!(shown.ends_with('…'));
+    }
+
+    #[test]
+    fn traceback_code_lines_are_not_messages() {
+        assert!(is_code(
+            "raise ValueError(\"No available memory for the cache blocks. \""
+        ));
+        assert!(is_code("File \"/x.py\", line 1, in f"));
+        assert!(is_code("^^^^^^^^"));
+        assert!(!is_code("ValueError: No available memory"));
+    }
+}

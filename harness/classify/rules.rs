@@ -1,0 +1,429 @@
+//! The rule table: the built-in rules of `rules.toml` plus a matrix file's `[[rules]]`, compiled
+//! into one trigger prefilter and one pattern set.
+//!
+//! The data file is the single place where log lines get their meaning; this module only parses,
+//! validates and compiles it. Its tests run every rule's examples through the whole classifier.
+
+use super::ClassifyError;
+use crate::matrix::UserRule;
+use crate::signature::Signature;
+use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
+use serde::Deserialize;
+use std::cmp::Reverse;
+use std::fmt;
+
+/// The built-in rule table, as shipped.
+pub const BUILTIN_RULES: &str = include_str!("rules.toml");
+
+/// Compiled-program limits: generous, because the set holds every rule at once.
+const SIZE_LIMIT: usize = 256 << 20;
+const DFA_SIZE_LIMIT: usize = 64 << 20;
+
+/// How a rule's line takes part in picking the root cause (see `rules.toml`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Kind {
+    /// A root-cause candidate: the first one in the log wins.
+    #[default]
+    Fatal,
+    /// Context that never beats a fatal line.
+    Weak,
+    /// The log shows a hang; loses to any fatal line.
+    Hang,
+    /// Never a root cause; marks a later fatal line as spurious.
+    Context,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RulesFile {
+    pub(crate) triggers: Vec<String>,
+    #[serde(rename = "rule")]
+    pub(crate) rules: Vec<RuleSpec>,
+}
+
+/// One `[[rule]]` of `rules.toml`, as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RuleSpec {
+    pub(crate) id: String,
+    pub(crate) signature: Signature,
+    pub(crate) pattern: String,
+    #[serde(default)]
+    pub(crate) kind: Kind,
+    #[serde(default)]
+    pub(crate) precedence: i32,
+    #[serde(default)]
+    pub(crate) any_level: bool,
+    #[serde(default)]
+    pub(crate) wrapper: bool,
+    #[serde(default)]
+    pub(crate) spurious: bool,
+    #[serde(default)]
+    pub(crate) tag: Option<String>,
+    #[serde(default)]
+    pub(crate) spurious_if: Option<String>,
+    #[serde(default = "one")]
+    pub(crate) min_count: u32,
+    #[serde(default)]
+    pub(crate) unless: Option<String>,
+    pub(crate) explanation: String,
+    #[serde(default)]
+    pub(crate) hint: Option<String>,
+    /// Lines the rule must classify (checked by the tests only).
+    #[serde(default)]
+    #[cfg_attr(not(test), expect(dead_code, reason = "read by the tests"))]
+    pub(crate) examples: Vec<String>,
+    #[serde(default)]
+    #[cfg_attr(not(test), expect(dead_code, reason = "read by the tests"))]
+    pub(crate) not_examples: Vec<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A compiled rule.
+#[derive(Debug)]
+pub(crate) struct Rule {
+    pub(crate) id: String,
+    pub(crate) signature: Signature,
+    pub(crate) kind: Kind,
+    pub(crate) precedence: i32,
+    /// From the matrix file: tried before the built-in rules on the same line.
+    pub(crate) user: bool,
+    pub(crate) any_level: bool,
+    pub(crate) wrapper: bool,
+    pub(crate) spurious: bool,
+    pub(crate) tag: Option<String>,
+    pub(crate) spurious_if: Option<String>,
+    pub(crate) min_count: u32,
+    pub(crate) unless: Option<Regex>,
+    pub(crate) explanation: Option<String>,
+    pub(crate) hint: Option<String>,
+}
+
+/// Orders rules that compete on one line or a near tie: user rules first, then precedence, then
+/// the earlier rule of the table.
+pub(crate) type Rank = (bool, i32, Reverse<usize>);
+
+/// Every rule, compiled for one streaming pass.
+pub(crate) struct Table {
+    pub(crate) rules: Vec<Rule>,
+    /// One pattern per rule, in `rules` order, matched against cleaned lines.
+    pub(crate) set: RegexSet,
+    /// Raw-byte prefilter: a line is examined only if it matches. `None` examines every line
+    /// (a user pattern with anchors cannot be prefiltered on raw lines).
+    pub(crate) trigger: Option<regex::bytes::Regex>,
+}
+
+impl fmt::Debug for Table {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Table")
+            .field("rules", &self.rules.len())
+            .field("prefiltered", &self.trigger.is_some())
+            .finish()
+    }
+}
+
+impl Table {
+    /// The built-in table plus `user` rules.
+    pub(crate) fn build(user: &[UserRule]) -> Result<Table, ClassifyError> {
+        let file = parse_builtin()?;
+        Table::compile(&file, user)
+    }
+
+    pub(crate) fn compile(file: &RulesFile, user: &[UserRule]) -> Result<Table, ClassifyError> {
+        let mut rules = Vec::with_capacity(file.rules.len() + user.len());
+        let mut patterns = Vec::with_capacity(rules.capacity());
+        for (i, r) in user.iter().enumerate() {
+            let id = format!("matrix-rule-{}", i + 1);
+            compile_one(&id, &r.pattern)?;
+            patterns.push(r.pattern.clone());
+            rules.push(Rule {
+                id,
+                signature: r.signature,
+                kind: Kind::Fatal,
+                precedence: r.precedence,
+                user: true,
+                any_level: true,
+                wrapper: false,
+                spurious: r.spurious,
+                tag: None,
+                spurious_if: None,
+                min_count: 1,
+                unless: None,
+                explanation: Some(
+                    r.explanation.clone().unwrap_or_else(|| {
+                        format!("matched the matrix file's rule `{}`", r.pattern)
+                    }),
+                ),
+                hint: r.hint.clone(),
+            });
+        }
+        for spec in &file.rules {
+            compile_one(&spec.id, &spec.pattern)?;
+            let unless = match &spec.unless {
+                Some(p) => Some(compile_one(&spec.id, p)?),
+                None => None,
+            };
+            patterns.push(spec.pattern.clone());
+            rules.push(Rule {
+                id: spec.id.clone(),
+                signature: spec.signature,
+                kind: spec.kind,
+                precedence: spec.precedence,
+                user: false,
+                any_level: spec.any_level,
+                wrapper: spec.wrapper,
+                spurious: spec.spurious,
+                tag: spec.tag.clone(),
+                spurious_if: spec.spurious_if.clone(),
+                min_count: spec.min_count.max(1),
+                unless,
+                explanation: Some(spec.explanation.clone()),
+                hint: spec.hint.clone(),
+            });
+        }
+        let set = RegexSetBuilder::new(&patterns)
+            .size_limit(SIZE_LIMIT)
+            .dfa_size_limit(DFA_SIZE_LIMIT)
+            .build()
+            .map_err(|source| ClassifyError::Set { source })?;
+        let trigger = trigger(&file.triggers, user)?;
+        Ok(Table {
+            rules,
+            set,
+            trigger,
+        })
+    }
+
+    /// Orders rules that fire on the same line.
+    pub(crate) fn rank(&self, index: usize) -> Rank {
+        let rule = &self.rules[index];
+        (rule.user, rule.precedence, Reverse(index))
+    }
+
+    /// Orders fatal lines near a wrapper: only a strictly higher precedence replaces it.
+    pub(crate) fn precedence(&self, index: usize) -> (bool, i32) {
+        let rule = &self.rules[index];
+        (rule.user, rule.precedence)
+    }
+}
+
+pub(crate) fn parse_builtin() -> Result<RulesFile, ClassifyError> {
+    toml::from_str(BUILTIN_RULES).map_err(|source| ClassifyError::Table {
+        source: Box::new(source),
+    })
+}
+
+fn compile_one(rule: &str, pattern: &str) -> Result<Regex, ClassifyError> {
+    RegexBuilder::new(pattern)
+        .size_limit(SIZE_LIMIT)
+        .build()
+        .map_err(|source| ClassifyError::Pattern {
+            rule: rule.to_owned(),
+            pattern: pattern.to_owned(),
+            source,
+        })
+}
+
+/// The prefilter: the trigger words, any case, plus every user pattern. A user pattern that is
+/// anchored (or might be: any `^`, `$`, `\A`, `\z`) refers to the cleaned line, which a raw-line
+/// search cannot see, so then there is no prefilter at all.
+fn trigger(
+    words: &[String],
+    user: &[UserRule],
+) -> Result<Option<regex::bytes::Regex>, ClassifyError> {
+    if user.iter().any(|r| {
+        r.pattern.contains(['^', '$']) || r.pattern.contains("\\A") || r.pattern.contains("\\z")
+    }) {
+        return Ok(None);
+    }
+    // ASCII words match in any case, byte by byte (fast); others (`已杀死`) exactly.
+    let (ascii, other): (Vec<&String>, Vec<&String>) = words.iter().partition(|w| w.is_ascii());
+    let join = |words: &[&String]| {
+        words
+            .iter()
+            .map(|w| regex::escape(w))
+            .collect::<Vec<_>>()
+            .join("|")
+    };
+    let mut alternatives: Vec<String> = vec![format!("(?i-u:{})", join(&ascii))];
+    if !other.is_empty() {
+        alternatives.push(format!("(?:{})", join(&other)));
+    }
+    alternatives.extend(user.iter().map(|r| format!("(?:{})", r.pattern)));
+    regex::bytes::RegexBuilder::new(&alternatives.join("|"))
+        .size_limit(SIZE_LIMIT)
+        .dfa_size_limit(DFA_SIZE_LIMIT)
+        .build()
+        .map(Some)
+        .map_err(|source| ClassifyError::Set { source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::{Classifier, Evidence};
+    use std::collections::HashSet;
+
+    /// Prefixes real logs put in front of a message; every example must survive each of them.
+    const PREFIXES: [&str; 5] = [
+        "",
+        "[rank3]: ",
+        "(VllmWorker TP1 pid=4242) ",
+        "vllm-1  | ",
+        "[2025-12-09 02:28:15 TP0] ",
+    ];
+
+    fn classify(text: &str) -> crate::classify::Classification {
+        Classifier::builtin()
+            .classify_reader(text.as_bytes(), &Evidence::default())
+            .expect("classify")
+    }
+
+    #[test]
+    fn table_is_valid() {
+        let file = parse_builtin().expect("rules.toml parses");
+        assert!(file.rules.len() >= 40, "{} rules", file.rules.len());
+        let mut ids = HashSet::new();
+        let tags: HashSet<&str> = file.rules.iter().filter_map(|r| r.tag.as_deref()).collect();
+        for rule in &file.rules {
+            assert!(ids.insert(rule.id.as_str()), "duplicate id {}", rule.id);
+            assert!(
+                rule.id
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "{}: ids are kebab-case",
+                rule.id
+            );
+            assert!(
+                !rule.explanation.trim().is_empty(),
+                "{}: explanation",
+                rule.id
+            );
+            assert!(!rule.examples.is_empty(), "{}: needs an example", rule.id);
+            Regex::new(&rule.pattern).unwrap_or_else(|e| panic!("{}: {e}", rule.id));
+            if let Some(unless) = &rule.unless {
+                Regex::new(unless).unwrap_or_else(|e| panic!("{}: unless: {e}", rule.id));
+            }
+            if let Some(tag) = &rule.spurious_if {
+                assert!(
+                    tags.contains(tag.as_str()),
+                    "{}: no rule has tag {tag}",
+                    rule.id
+                );
+            }
+            if rule.kind == Kind::Context {
+                assert!(
+                    rule.tag.is_some(),
+                    "{}: a context rule needs a tag",
+                    rule.id
+                );
+            }
+            if rule.kind == Kind::Hang {
+                assert!(
+                    matches!(rule.signature, Signature::Deadlock | Signature::Timeout),
+                    "{}: hang rules name a hang",
+                    rule.id
+                );
+            }
+            if rule.spurious {
+                assert_eq!(
+                    rule.signature,
+                    Signature::Unknown,
+                    "{}: infrastructure faults are outside the taxonomy",
+                    rule.id
+                );
+            }
+        }
+        Table::compile(&file, &[]).expect("compiles");
+    }
+
+    /// A test per rule: every example classifies as its rule's signature, by that rule, bare and
+    /// behind the prefixes of real logs; every not-example does not fire the rule.
+    #[test]
+    fn every_rule_classifies_its_examples() {
+        let file = parse_builtin().expect("rules.toml parses");
+        let mut failures = Vec::new();
+        for rule in &file.rules {
+            for example in &rule.examples {
+                for prefix in PREFIXES {
+                    let text = match rule.kind {
+                        Kind::Hang => {
+                            format!("{prefix}{example}\n").repeat(rule.min_count as usize)
+                        }
+                        Kind::Context => format!(
+                            "{prefix}{example}\nERROR: No matching distribution found for torch==2.5.1\n"
+                        ),
+                        Kind::Fatal | Kind::Weak => format!("{prefix}{example}\n"),
+                    };
+                    let got = classify(&text);
+                    let (want_rule, want_sig) = match rule.kind {
+                        Kind::Context => ("unresolvable-pins", Signature::DependencyError),
+                        _ => (rule.id.as_str(), rule.signature),
+                    };
+                    let ok = got.rule.as_deref() == Some(want_rule)
+                        && got.signature == want_sig
+                        && got.line == Some(1 + u64::from(rule.kind == Kind::Context))
+                        && (rule.kind != Kind::Context || got.spurious)
+                        && got.spurious == (rule.spurious || rule.kind == Kind::Context);
+                    if !ok {
+                        failures.push(format!(
+                            "{}: {prefix:?}{example:?} -> {} by {:?} at {:?} (spurious {})",
+                            rule.id, got.signature, got.rule, got.line, got.spurious
+                        ));
+                    }
+                }
+            }
+            for line in &rule.not_examples {
+                let got = classify(&format!("{line}\n"));
+                if got.rule.as_deref() == Some(rule.id.as_str()) {
+                    failures.push(format!("{}: fired on not-example {line:?}", rule.id));
+                }
+            }
+        }
+        assert!(
+            failures.is_empty(),
+            "{} failures:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+    }
+
+    #[test]
+    fn every_signature_has_a_rule() {
+        let file = parse_builtin().expect("rules.toml parses");
+        let named: HashSet<Signature> = file.rules.iter().map(|r| r.signature).collect();
+        for sig in Signature::ALL {
+            assert!(named.contains(&sig), "no rule names {sig}");
+        }
+    }
+
+    #[test]
+    fn user_rules_come_first_and_bad_patterns_are_errors() {
+        let user = [UserRule {
+            pattern: "Unsupported tile shape config 256256128".to_owned(),
+            signature: Signature::NoKernelImage,
+            precedence: 0,
+            spurious: false,
+            explanation: None,
+            hint: Some("wait for SM110 cubins".to_owned()),
+        }];
+        let table = Table::build(&user).expect("builds");
+        assert!(table.trigger.is_some());
+        assert!(table.rules[0].user);
+        let bad = [UserRule {
+            pattern: "(unclosed".to_owned(),
+            ..user[0].clone()
+        }];
+        let err = Table::build(&bad).expect_err("bad pattern");
+        assert!(err.to_string().contains("matrix-rule-1"), "{err}");
+        let anchored = [UserRule {
+            pattern: "^Boom$".to_owned(),
+            ..user[0].clone()
+        }];
+        assert!(Table::build(&anchored).expect("builds").trigger.is_none());
+    }
+}

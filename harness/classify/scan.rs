@@ -1,0 +1,645 @@
+//! One streaming pass over a log: find the lines rules fire on and keep the few that can still
+//! become the root cause, each with the lines around it.
+//!
+//! The log is read in blocks of whole lines; memory does not grow with its size. A block is
+//! scanned on its own ([`scan_block`]: the trigger prefilter jumps from candidate line to
+//! candidate line, so most lines are only counted, never decoded; candidates are cleaned and
+//! matched against every rule at once). Blocks of a large log are scanned by worker threads while
+//! the calling thread reads the next ones; the results are applied in log order by one
+//! [`Sequencer`], which is where "first" and "near" are decided, so the outcome does not depend on
+//! the number of threads. A line longer than a block is examined by its first [`MAX_LINE`] bytes
+//! and the rest skipped.
+
+use super::line::{self, Cleaned, MAX_LINE};
+use super::rules::{Kind, Table};
+use crate::signature::Signature;
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{self, Read};
+use std::sync::{Mutex, mpsc};
+
+/// Bytes read per block; lines longer than this are cut.
+const BLOCK: usize = 1 << 20;
+/// Most worker threads a scan uses.
+const MAX_WORKERS: usize = 8;
+/// Blocks read ahead per worker (bounds memory: about this many megabytes per worker).
+const IN_FLIGHT_PER_WORKER: usize = 3;
+/// Lines of context kept before and after a root-cause line.
+const BEFORE: usize = 3;
+const AFTER: usize = 5;
+/// Lines kept from the end of the log (for verdicts that name no line).
+const TAIL: usize = 8;
+/// When the first fatal line's rule is a wrapper ("NCCL error ... unhandled cuda error", Triton's
+/// CompilationError), a later fatal line at most this many lines further replaces it if its rule
+/// has a higher precedence: the specific cause the wrapper announces ("Last error: ... illegal
+/// memory access", the reason after the kernel source). Other first lines are never replaced.
+const WRAPPER_REACH: u64 = 40;
+/// A context line (a network error) marks a fatal line spurious when at most this many lines before.
+const CONTEXT_REACH: u64 = 50;
+
+/// A line a rule fired on, with its surroundings.
+#[derive(Debug, Clone)]
+pub(crate) struct Hit {
+    /// Index of the rule in the table.
+    pub(crate) rule: usize,
+    /// 1-based line number.
+    pub(crate) line: u64,
+    /// The cleaned line (what the fingerprint is made from).
+    pub(crate) text: String,
+    pub(crate) excerpt: Excerpt,
+    /// The context rule whose line shortly before this one makes it spurious.
+    pub(crate) tainted_by: Option<usize>,
+}
+
+/// Lines around a hit, as displayed.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Excerpt {
+    /// 1-based line number of `lines[0]`.
+    pub(crate) start: u64,
+    pub(crate) lines: Vec<String>,
+    /// Lines still to append as they are read.
+    after: usize,
+}
+
+/// A hang rule's first sighting and how often it was seen.
+#[derive(Debug, Clone)]
+pub(crate) struct HangSeen {
+    pub(crate) first: Hit,
+    pub(crate) count: u32,
+}
+
+/// What one pass found.
+#[derive(Debug, Default)]
+pub(crate) struct Findings {
+    /// The root-cause candidate among fatal lines.
+    pub(crate) strong: Option<Hit>,
+    /// The first weak line.
+    pub(crate) weak: Option<Hit>,
+    /// The first weak line of each signature (evidence such as `Killed` for a SIGKILL).
+    pub(crate) weak_by_signature: Vec<(Signature, Hit)>,
+    /// Hang rules seen, in order of first sighting.
+    pub(crate) hangs: Vec<HangSeen>,
+    /// The last lines of the log.
+    pub(crate) tail: Excerpt,
+}
+
+/// Streams `reader` once through `table`.
+pub(crate) fn scan<R: Read>(table: &Table, reader: R) -> io::Result<Findings> {
+    let mut blocks = Blocks::new(reader);
+    let mut sequencer = Sequencer::new(table);
+    let Some(first) = blocks.next_block()? else {
+        return Ok(sequencer.finish());
+    };
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_WORKERS);
+    if blocks.done() || workers < 2 {
+        // A small log (one block), or a single core: no threads.
+        let mut block = Some(first);
+        while let Some(b) = block {
+            let scanned = scan_block(table, &b);
+            sequencer.apply(&b, scanned);
+            block = blocks.next_block()?;
+        }
+    } else {
+        parallel(table, workers, first, &mut blocks, &mut sequencer)?;
+    }
+    Ok(sequencer.finish())
+}
+
+/// A block sent to a worker, and what comes back.
+type Job = (u64, Vec<u8>);
+type Done = (u64, Vec<u8>, BlockScan);
+
+/// Reads blocks on this thread, scans them on `workers` threads, applies them here in log order.
+/// At most a few blocks per worker are in flight, so memory stays bounded.
+fn parallel<R: Read>(
+    table: &Table,
+    workers: usize,
+    first: Vec<u8>,
+    blocks: &mut Blocks<R>,
+    sequencer: &mut Sequencer<'_>,
+) -> io::Result<()> {
+    let limit = (workers * IN_FLIGHT_PER_WORKER) as u64;
+    let (work_tx, work_rx) = mpsc::sync_channel::<Job>(workers * IN_FLIGHT_PER_WORKER);
+    let work_rx = Mutex::new(work_rx);
+    let (done_tx, done_rx) = mpsc::channel::<Done>();
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            let done_tx = done_tx.clone();
+            let work_rx = &work_rx;
+            scope.spawn(move || {
+                loop {
+                    // Holding the lock while waiting is fine: its holder takes the next job.
+                    let job = match work_rx.lock() {
+                        Ok(rx) => rx.recv(),
+                        Err(_) => break,
+                    };
+                    let Ok((n, block)) = job else { break };
+                    let scanned = scan_block(table, &block);
+                    if done_tx.send((n, block, scanned)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(done_tx);
+        // Dropping `work_tx` on every way out (errors included) lets the workers finish.
+        let work_tx = work_tx;
+        let stopped = || io::Error::other("a classifier worker thread stopped");
+        let mut ready: BTreeMap<u64, (Vec<u8>, BlockScan)> = BTreeMap::new();
+        let mut next = 0u64;
+        let mut sent = 0u64;
+        let mut apply = |done: Done, next: &mut u64| {
+            let (n, bytes, scanned) = done;
+            ready.insert(n, (bytes, scanned));
+            while let Some((bytes, scanned)) = ready.remove(next) {
+                sequencer.apply(&bytes, scanned);
+                *next += 1;
+            }
+        };
+        let mut block = Some(first);
+        while let Some(b) = block.take() {
+            work_tx.send((sent, b)).map_err(|_| stopped())?;
+            sent += 1;
+            // Apply what is finished; wait while too much is in flight.
+            loop {
+                let done = if sent - next >= limit {
+                    Some(done_rx.recv().map_err(|_| stopped())?)
+                } else {
+                    done_rx.try_recv().ok()
+                };
+                match done {
+                    Some(done) => apply(done, &mut next),
+                    None => break,
+                }
+            }
+            block = blocks.next_block()?;
+        }
+        drop(work_tx);
+        while next < sent {
+            let done = done_rx.recv().map_err(|_| stopped())?;
+            apply(done, &mut next);
+        }
+        Ok(())
+    })
+}
+
+/// Splits a reader into blocks of whole lines, each ending with a newline. A line longer than a
+/// block becomes a block of its first [`MAX_LINE`] bytes; the rest of it is skipped.
+struct Blocks<R> {
+    reader: R,
+    /// Bytes read after the last complete line.
+    carry: Vec<u8>,
+    eof: bool,
+    /// Inside a line longer than a block whose start was already given out.
+    skipping: bool,
+}
+
+impl<R: Read> Blocks<R> {
+    fn new(reader: R) -> Self {
+        Blocks {
+            reader,
+            carry: Vec::new(),
+            eof: false,
+            skipping: false,
+        }
+    }
+
+    /// Whether everything has been given out.
+    fn done(&self) -> bool {
+        self.eof && self.carry.is_empty()
+    }
+
+    fn next_block(&mut self) -> io::Result<Option<Vec<u8>>> {
+        loop {
+            if self.done() {
+                return Ok(None);
+            }
+            // One spare byte for the newline a final unterminated line gets.
+            let mut buf = Vec::with_capacity(BLOCK + 1);
+            buf.append(&mut self.carry);
+            let carried = buf.len();
+            buf.resize(BLOCK, 0);
+            let len = self.fill(&mut buf, carried)?;
+            buf.truncate(len);
+            if self.skipping {
+                match buf.iter().position(|&b| b == b'\n') {
+                    Some(i) => {
+                        buf.drain(..=i);
+                        self.skipping = false;
+                    }
+                    None => buf.clear(),
+                }
+                if !self.eof {
+                    self.carry = buf;
+                    continue;
+                }
+            }
+            if self.eof && buf.last().is_some_and(|&b| b != b'\n') {
+                buf.push(b'\n');
+            }
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            return Ok(Some(match buf.iter().rposition(|&b| b == b'\n') {
+                Some(last) => {
+                    self.carry = buf.split_off(last + 1);
+                    buf
+                }
+                None => {
+                    // A line longer than a block: give out its start, skip the rest.
+                    buf.truncate(MAX_LINE);
+                    buf.push(b'\n');
+                    self.skipping = true;
+                    buf
+                }
+            }));
+        }
+    }
+
+    /// Reads into `buf[len..BLOCK]` until it is full or the input ends; returns the new length.
+    fn fill(&mut self, buf: &mut [u8], mut len: usize) -> io::Result<usize> {
+        while len < BLOCK && !self.eof {
+            match self.reader.read(&mut buf[len..BLOCK]) {
+                Ok(0) => self.eof = true,
+                Ok(n) => len += n,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(len)
+    }
+}
+
+/// What a worker found in one block: the lines some rule fires on, in order.
+#[derive(Debug, Default)]
+struct BlockScan {
+    examined: Vec<Examined>,
+    /// Lines in the block.
+    lines: u64,
+}
+
+/// A line at least one rule fires on (level and `unless` already applied).
+#[derive(Debug)]
+struct Examined {
+    /// Byte range of the line in its block (without the newline).
+    start: usize,
+    end: usize,
+    /// Lines before it in the block.
+    index: u64,
+    cleaned: Cleaned,
+    /// Rules that fire, in table order.
+    rules: Vec<usize>,
+}
+
+/// Finds the lines of a block (whole lines, ending with a newline) that rules fire on. Pure: it
+/// depends on nothing but the block, so blocks can be scanned in any order on any thread.
+fn scan_block(table: &Table, block: &[u8]) -> BlockScan {
+    let mut examined = Vec::new();
+    let mut pos = 0;
+    let mut index = 0u64;
+    while pos < block.len() {
+        let start = match &table.trigger {
+            None => pos,
+            // The end of the earliest match is enough to find its line (no reverse search for
+            // the start); a line holds a trigger word whole.
+            Some(trigger) => match trigger.shortest_match_at(block, pos) {
+                Some(end) => {
+                    let end = end.min(block.len()).saturating_sub(1).max(pos);
+                    pos + block[pos..end]
+                        .iter()
+                        .rposition(|&b| b == b'\n')
+                        .map_or(0, |i| i + 1)
+                }
+                None => break,
+            },
+        };
+        index += count_lines(&block[pos..start]);
+        let end = start + newline(&block[start..]);
+        if let Some((cleaned, rules)) = examine(table, &block[start..end]) {
+            examined.push(Examined {
+                start,
+                end,
+                index,
+                cleaned,
+                rules,
+            });
+        }
+        index += 1;
+        pos = end + 1;
+    }
+    BlockScan {
+        examined,
+        lines: count_lines(block),
+    }
+}
+
+/// The rules that fire on one raw line, after its prefixes are stripped. The harness's own notes
+/// in a cell's log (`[gpucompat] ...`) describe what it saw; they are never the cell's failure.
+fn examine(table: &Table, raw: &[u8]) -> Option<(Cleaned, Vec<usize>)> {
+    if raw.starts_with(crate::exec::logsink::NOTE_PREFIX.as_bytes()) {
+        return None;
+    }
+    let cleaned = line::clean(&raw[..raw.len().min(MAX_LINE)]);
+    if cleaned.text.is_empty() || line::is_code(&cleaned.text) {
+        return None;
+    }
+    let matched = table.set.matches(&cleaned.text);
+    if !matched.matched_any() {
+        return None;
+    }
+    let rules: Vec<usize> = matched
+        .iter()
+        .filter(|&index| {
+            let rule = &table.rules[index];
+            (rule.any_level || !cleaned.level.is_quiet())
+                && !rule
+                    .unless
+                    .as_ref()
+                    .is_some_and(|u| u.is_match(&cleaned.text))
+        })
+        .collect();
+    (!rules.is_empty()).then_some((cleaned, rules))
+}
+
+/// Applies block results in log order: decides which lines stay candidates, builds excerpts.
+struct Sequencer<'t> {
+    table: &'t Table,
+    found: Findings,
+    /// Lines in the blocks applied so far.
+    line: u64,
+    /// Line of the first fatal hit and how many lines further a later one may replace it.
+    first_strong: Option<(u64, u64)>,
+    /// Lines still to append to excerpts waiting for what follows their hit.
+    dense: usize,
+    /// Last line seen of each context tag, and the rule that saw it.
+    context: Vec<(String, u64, usize)>,
+    /// The last lines before the current block, displayed.
+    recent: VecDeque<String>,
+}
+
+impl<'t> Sequencer<'t> {
+    fn new(table: &'t Table) -> Self {
+        Sequencer {
+            table,
+            found: Findings::default(),
+            line: 0,
+            first_strong: None,
+            dense: 0,
+            context: Vec::new(),
+            recent: VecDeque::with_capacity(TAIL + 1),
+        }
+    }
+
+    /// Applies the next block of the log and what its scan found.
+    fn apply(&mut self, block: &[u8], scanned: BlockScan) {
+        let base = self.line;
+        // Start of the first line not yet handed to the excerpts.
+        let mut pos = 0;
+        for e in scanned.examined {
+            self.feed_until(block, &mut pos, e.start);
+            if pos == e.start {
+                // The hit line itself follows earlier hits too.
+                self.feed(&block[e.start..e.end]);
+            }
+            let line_no = base + e.index + 1;
+            self.offer(e.cleaned, &e.rules, line_no, block, e.start, e.end);
+            pos = e.end + 1;
+        }
+        self.feed_until(block, &mut pos, block.len());
+        self.line = base + scanned.lines;
+        self.remember_tail(block);
+    }
+
+    /// Hands lines from `*pos` up to `limit` to the excerpts still waiting for lines, as long as
+    /// some wait; then jumps to `limit`.
+    fn feed_until(&mut self, block: &[u8], pos: &mut usize, limit: usize) {
+        while self.dense > 0 && *pos < limit {
+            let end = *pos + newline(&block[*pos..limit]);
+            self.feed(&block[*pos..end]);
+            *pos = end + 1;
+        }
+        if self.dense == 0 {
+            *pos = limit;
+        }
+    }
+
+    /// Appends a line to the excerpts still waiting for lines after their hit.
+    fn feed(&mut self, raw: &[u8]) {
+        if self.dense == 0 {
+            return;
+        }
+        self.dense -= 1;
+        let shown = line::display(raw);
+        let found = &mut self.found;
+        let hits = found
+            .strong
+            .iter_mut()
+            .chain(found.weak.iter_mut())
+            .chain(found.weak_by_signature.iter_mut().map(|(_, h)| h))
+            .chain(found.hangs.iter_mut().map(|h| &mut h.first));
+        for hit in hits {
+            if hit.excerpt.after > 0 {
+                hit.excerpt.after -= 1;
+                hit.excerpt.lines.push(shown.clone());
+            }
+        }
+    }
+
+    /// Decides what a line the rules fire on changes: the fatal candidate, the first weak line,
+    /// hang sightings, context for later lines.
+    fn offer(
+        &mut self,
+        cleaned: Cleaned,
+        rules: &[usize],
+        line_no: u64,
+        block: &[u8],
+        start: usize,
+        end: usize,
+    ) {
+        let table = self.table;
+        let mut strong: Option<usize> = None;
+        let mut weak: Option<usize> = None;
+        let mut new_hangs = Vec::new();
+        for &index in rules {
+            let rule = &table.rules[index];
+            match rule.kind {
+                Kind::Fatal => {
+                    if strong.is_none_or(|s| table.rank(index) > table.rank(s)) {
+                        strong = Some(index);
+                    }
+                }
+                Kind::Weak => {
+                    if weak.is_none_or(|w| table.rank(index) > table.rank(w)) {
+                        weak = Some(index);
+                    }
+                }
+                Kind::Hang => match self.found.hangs.iter_mut().find(|h| h.first.rule == index) {
+                    Some(seen) => seen.count = seen.count.saturating_add(1),
+                    None => new_hangs.push(index),
+                },
+                Kind::Context => {
+                    if let Some(tag) = &rule.tag {
+                        match self.context.iter_mut().find(|(t, _, _)| t == tag) {
+                            Some(seen) => {
+                                seen.1 = line_no;
+                                seen.2 = index;
+                            }
+                            None => self.context.push((tag.clone(), line_no, index)),
+                        }
+                    }
+                }
+            }
+        }
+
+        let strong = strong.filter(|&index| match (&self.found.strong, self.first_strong) {
+            (Some(current), Some((first, reach))) => {
+                line_no <= first + reach && table.precedence(index) > table.precedence(current.rule)
+            }
+            _ => true,
+        });
+        let weak_first = weak.filter(|_| self.found.weak.is_none());
+        let weak_new_signature = weak.filter(|&index| {
+            let sig = table.rules[index].signature;
+            !self.found.weak_by_signature.iter().any(|(s, _)| *s == sig)
+        });
+        if strong.is_none()
+            && weak_first.is_none()
+            && weak_new_signature.is_none()
+            && new_hangs.is_empty()
+        {
+            return;
+        }
+
+        let mut lines = self.before(block, start);
+        let excerpt = Excerpt {
+            start: line_no - lines.len() as u64,
+            lines: {
+                lines.push(line::display(&block[start..end]));
+                lines
+            },
+            after: AFTER,
+        };
+        let hit = |rule: usize| Hit {
+            rule,
+            line: line_no,
+            text: cleaned.text.clone(),
+            excerpt: excerpt.clone(),
+            tainted_by: None,
+        };
+
+        if let Some(index) = strong {
+            let mut h = hit(index);
+            if let Some(tag) = &table.rules[index].spurious_if {
+                h.tainted_by = self
+                    .context
+                    .iter()
+                    .find(|(t, seen, _)| t == tag && line_no.saturating_sub(*seen) <= CONTEXT_REACH)
+                    .map(|(_, _, rule)| *rule);
+            }
+            if self.first_strong.is_none() {
+                let reach = if table.rules[index].wrapper {
+                    WRAPPER_REACH
+                } else {
+                    0
+                };
+                self.first_strong = Some((line_no, reach));
+            }
+            self.found.strong = Some(h);
+        }
+        if let Some(index) = weak_first {
+            self.found.weak = Some(hit(index));
+        }
+        if let Some(index) = weak_new_signature {
+            self.found
+                .weak_by_signature
+                .push((table.rules[index].signature, hit(index)));
+        }
+        for index in new_hangs {
+            self.found.hangs.push(HangSeen {
+                first: hit(index),
+                count: 1,
+            });
+        }
+        self.dense = AFTER;
+    }
+
+    /// Up to [`BEFORE`] displayed lines before the line at `start` of `block`.
+    fn before(&self, block: &[u8], start: usize) -> Vec<String> {
+        let mut lines = Vec::with_capacity(BEFORE);
+        let mut end = start;
+        while lines.len() < BEFORE && end > 0 {
+            // `end` is just past a newline: the line before ends at `end - 1`.
+            let line_end = end - 1;
+            let line_start = block[..line_end]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+            lines.push(line::display(&block[line_start..line_end]));
+            end = line_start;
+        }
+        let missing = BEFORE - lines.len();
+        lines.extend(self.recent.iter().rev().take(missing).cloned());
+        lines.reverse();
+        lines
+    }
+
+    /// Keeps the last lines of a finished block for the next block's excerpts and the tail.
+    fn remember_tail(&mut self, block: &[u8]) {
+        let mut tail = Vec::with_capacity(TAIL);
+        let mut end = block.len();
+        while tail.len() < TAIL && end > 0 {
+            let line_end = end - 1;
+            let line_start = block[..line_end]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+            tail.push(line::display(&block[line_start..line_end]));
+            end = line_start;
+        }
+        for shown in tail.into_iter().rev() {
+            if self.recent.len() == TAIL {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(shown);
+        }
+    }
+
+    fn finish(mut self) -> Findings {
+        let lines: Vec<String> = self.recent.into_iter().collect();
+        self.found.tail = Excerpt {
+            start: (self.line + 1).saturating_sub(lines.len() as u64),
+            lines,
+            after: 0,
+        };
+        self.found
+    }
+}
+
+/// Offset of the first newline in `bytes` (its length when there is none).
+fn newline(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .position(|&b| b == b'\n')
+        .unwrap_or(bytes.len())
+}
+
+/// Newlines in `bytes`.
+fn count_lines(bytes: &[u8]) -> u64 {
+    // Byte lanes that cannot overflow within a chunk: the compiler turns this into wide vector
+    // compares and adds (several GB/s, against about 1.4 for a plain filter-count).
+    const LANES: usize = 64;
+    let mut total = 0u64;
+    for chunk in bytes.chunks(255 * LANES) {
+        let mut lanes = [0u8; LANES];
+        let mut blocks = chunk.chunks_exact(LANES);
+        for block in &mut blocks {
+            for (lane, &b) in lanes.iter_mut().zip(block) {
+                *lane += u8::from(b == b'\n');
+            }
+        }
+        total += lanes.iter().map(|&l| u64::from(l)).sum::<u64>();
+        total += blocks.remainder().iter().filter(|&&b| b == b'\n').count() as u64;
+    }
+    total
+}

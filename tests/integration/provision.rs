@@ -1,0 +1,233 @@
+//! Environments: pins installed from a local wheelhouse of tiny wheels the tests build, once per
+//! pin set, reused, locked, and failures named.
+
+use crate::util::{Sandbox, gpucompat, repo_root};
+use serde_json::Value;
+use std::path::Path;
+
+/// Builds wheels `tinylib` 1.0 and 2.0 and `tinyapp` 1.0 (which needs tinylib) into `dir`.
+fn wheelhouse(dir: &Path) {
+    let script = repo_root().join("tests/fixtures/wheels/make_wheel.py");
+    for args in [
+        vec!["tinylib", "1.0"],
+        vec!["tinylib", "2.0"],
+        vec!["tinyapp", "1.0", "tinylib>=1.0"],
+    ] {
+        let status = std::process::Command::new("python3")
+            .arg(&script)
+            .arg(dir)
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("python3 runs");
+        assert!(status.success(), "make_wheel {args:?}");
+    }
+}
+
+fn records(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out.join("results.jsonl"))
+        .expect("results.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("record"))
+        .collect()
+}
+
+const MATRIX: &str = r#"
+[matrix]
+tinylib = ["1.0", "2.0"]
+rep = [1, 2]
+
+[packages]
+tinylib = "tinylib"
+
+[python]
+requirements = "base.txt"
+find-links = ["wheels"]
+no-index = true
+
+[job]
+# The cell's interpreter is the environment's: the pinned version must be the one imported.
+command = "python -c 'import sys, tinylib, tinyapp; assert tinylib.__version__ == \"{tinylib}\", tinylib.__version__; print(sys.prefix)'"
+timeout = "2m"
+"#;
+
+#[test]
+fn installs_each_pin_set_once_and_reuses_it() {
+    let sandbox = Sandbox::new();
+    wheelhouse(&sandbox.path().join("wheels"));
+    sandbox.file("base.txt", "# base requirement set\ntinyapp==1.0\n");
+    let matrix = sandbox.file("m.toml", MATRIX);
+    let cache = sandbox.path().join("cache");
+    let out = sandbox.path().join("run1");
+    let run = gpucompat()
+        .args(["run", "--jobs", "2", "--grace", "1s", "--out"])
+        .arg(&out)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .arg(&matrix)
+        .env("GPUCOMPAT_INSTALLER", "pip")
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    let recs = records(&out);
+    assert_eq!(recs.len(), 4);
+    assert!(recs.iter().all(|r| r["status"] == "pass"), "{recs:?}");
+    // Two pin sets, two environments, each complete.
+    let envs: Vec<_> = std::fs::read_dir(cache.join("envs"))
+        .expect("envs")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .collect();
+    assert_eq!(envs.len(), 2, "{envs:?}");
+    assert!(envs.iter().all(|e| e.path().join(".gpucompat-ready").exists()));
+    // Every cell says how it got its environment; exactly one install per pin set.
+    let mut installs = 0;
+    for rec in &recs {
+        let log = std::fs::read_to_string(out.join(rec["log"].as_str().expect("log"))).expect("log");
+        if log.contains(": installing with") {
+            installs += 1;
+        } else {
+            assert!(
+                log.contains(": reused") || log.contains("installed by another cell"),
+                "{log}"
+            );
+        }
+        assert!(rec["metrics"]["provision_s"].as_f64().is_some(), "{rec}");
+    }
+    assert_eq!(installs, 2);
+
+    // A second run of the same pins reuses the environments.
+    let out2 = sandbox.path().join("run2");
+    let run = gpucompat()
+        .args(["run", "--grace", "1s", "--out"])
+        .arg(&out2)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .arg(&matrix)
+        .output()
+        .expect("run");
+    assert_eq!(run.status.code(), Some(0));
+    for rec in records(&out2) {
+        let seconds = rec["metrics"]["provision_s"].as_f64().expect("provision_s");
+        assert!(seconds < 1.0, "reuse took {seconds}s: {rec}");
+        assert_eq!(rec["status"], "pass");
+    }
+}
+
+#[test]
+fn unresolvable_pins_are_a_dependency_error_and_leave_no_environment() {
+    let sandbox = Sandbox::new();
+    wheelhouse(&sandbox.path().join("wheels"));
+    sandbox.file("base.txt", "tinyapp==1.0\n");
+    let matrix = sandbox.file(
+        "m.toml",
+        &MATRIX.replace(r#"tinylib = ["1.0", "2.0"]"#, r#"tinylib = ["3.0"]"#),
+    );
+    let cache = sandbox.path().join("cache");
+    let out = sandbox.path().join("run");
+    let run = gpucompat()
+        .args(["run", "--grace", "1s", "--out"])
+        .arg(&out)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .arg(&matrix)
+        .env("GPUCOMPAT_INSTALLER", "pip")
+        .output()
+        .expect("run");
+    assert_eq!(run.status.code(), Some(1));
+    for rec in records(&out) {
+        assert_eq!(rec["status"], "fail", "{rec}");
+        assert_eq!(rec["signature"], "dependency_error", "{rec}");
+        assert_eq!(rec["phase"], "provision", "{rec}");
+        assert_eq!(rec["spurious"], false, "{rec}");
+    }
+    let ready = std::fs::read_dir(cache.join("envs"))
+        .expect("envs")
+        .filter_map(|e| e.ok())
+        .any(|e| e.path().join(".gpucompat-ready").exists());
+    assert!(!ready, "a failed install must not leave a usable environment");
+}
+
+#[test]
+fn an_unreachable_index_is_an_infrastructure_error() {
+    let sandbox = Sandbox::new();
+    sandbox.file("base.txt", "tinyapp==1.0\n");
+    // Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
+    let matrix = sandbox.file(
+        "m.toml",
+        &MATRIX
+            .replace(r#"find-links = ["wheels"]"#, r#"index-url = "http://127.0.0.1:9/simple""#)
+            .replace("no-index = true\n", "")
+            .replace("rep = [1, 2]", "rep = [1]")
+            .replace(r#"tinylib = ["1.0", "2.0"]"#, r#"tinylib = ["1.0"]"#),
+    );
+    let out = sandbox.path().join("run");
+    let run = gpucompat()
+        .args(["run", "--grace", "1s", "--out"])
+        .arg(&out)
+        .arg("--cache-dir")
+        .arg(sandbox.path().join("cache"))
+        .arg(&matrix)
+        .env("GPUCOMPAT_INSTALLER", "pip")
+        .env("PIP_RETRIES", "1")
+        .env("PIP_TIMEOUT", "2")
+        .env("PIP_FIND_LINKS", "")
+        .env("PIP_CONFIG_FILE", "/dev/null")
+        .output()
+        .expect("run");
+    let recs = records(&out);
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0]["status"], "error", "{}", recs[0]);
+    assert_eq!(recs[0]["spurious"], true, "{}", recs[0]);
+    assert_eq!(recs[0]["phase"], "provision", "{}", recs[0]);
+    assert_eq!(run.status.code(), Some(1));
+}
+
+#[test]
+fn an_interrupted_install_is_redone_not_used() {
+    let sandbox = Sandbox::new();
+    wheelhouse(&sandbox.path().join("wheels"));
+    sandbox.file("base.txt", "tinyapp==1.0\n");
+    let matrix = sandbox.file(
+        "m.toml",
+        &MATRIX
+            .replace("rep = [1, 2]", "rep = [1]")
+            .replace(r#"tinylib = ["1.0", "2.0"]"#, r#"tinylib = ["1.0"]"#),
+    );
+    let cache = sandbox.path().join("cache");
+    let out = sandbox.path().join("run1");
+    let ok = gpucompat()
+        .args(["run", "--grace", "1s", "--out"])
+        .arg(&out)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .arg(&matrix)
+        .env("GPUCOMPAT_INSTALLER", "pip")
+        .output()
+        .expect("run");
+    assert_eq!(ok.status.code(), Some(0));
+    // Make the environment look like an install that died half way: no marker, a broken package.
+    let env = std::fs::read_dir(cache.join("envs"))
+        .expect("envs")
+        .filter_map(|e| e.ok())
+        .find(|e| e.path().is_dir())
+        .expect("an environment")
+        .path();
+    std::fs::remove_file(env.join(".gpucompat-ready")).expect("remove marker");
+    let out2 = sandbox.path().join("run2");
+    let again = gpucompat()
+        .args(["run", "--grace", "1s", "--out"])
+        .arg(&out2)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .arg(&matrix)
+        .env("GPUCOMPAT_INSTALLER", "pip")
+        .output()
+        .expect("run");
+    assert_eq!(again.status.code(), Some(0));
+    let rec = &records(&out2)[0];
+    let log = std::fs::read_to_string(out2.join(rec["log"].as_str().expect("log"))).expect("log");
+    assert!(log.contains("removing an incomplete earlier install"), "{log}");
+    assert!(env.join(".gpucompat-ready").exists());
+}
