@@ -8,11 +8,15 @@
 //! - [`diag`]: renders problems in files as `--> file:line:col` with a caret.
 //! - [`signature`]: the root-cause taxonomy shared by everything below.
 //! - [`record`]: one line of `results.jsonl`, the stable output format.
+//! - [`report`]: compatibility tables (Markdown, CSV, JSON, JUnit), the static HTML dashboard and
+//!   SVG plots from run folders, with history across nightlies; one serializable view model.
+//! - [`compare`]: a baseline run against a candidate, cell by cell, in one exhaustive rule table.
 //! - [`cli`]: the command line; each subcommand is a thin wrapper over the modules above.
 //! - [`errors`]: exit codes and the error type the command line prints.
 
 pub mod classify;
 pub mod cli;
+pub mod compare;
 pub mod diag;
 pub mod engines;
 pub mod errors;
@@ -21,6 +25,7 @@ pub mod inventory;
 pub mod matrix;
 pub mod provision;
 pub mod record;
+pub mod report;
 pub mod run;
 pub mod schedule;
 pub mod signature;
