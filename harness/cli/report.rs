@@ -97,6 +97,13 @@ pub(crate) fn run(args: ReportArgs) -> Result<u8, CliError> {
     Ok(exit::SUCCESS)
 }
 
+/// Text from run folders, fit for a terminal: control characters (escape sequences) replaced.
+fn plain(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect()
+}
+
 fn outcome(o: Option<&compare::Outcome>) -> String {
     o.map_or_else(|| "—".to_owned(), ToString::to_string)
 }
@@ -180,7 +187,7 @@ pub(crate) fn run_compare(args: CompareArgs) -> Result<u8, CliError> {
                 .filter(|c| c.comparison != Comparison::Passing)
                 .map(|c| {
                     vec![
-                        c.id.clone(),
+                        plain(&c.id),
                         c.comparison.as_str().to_owned(),
                         outcome(c.base.as_ref()),
                         outcome(c.head.as_ref()),

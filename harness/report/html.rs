@@ -29,6 +29,7 @@ th, td { border: 1px solid #c9c9c9; padding: .3rem .55rem; text-align: left; ver
 thead th { background: #f1f3f5; }
 tbody th { background: #fafafa; white-space: nowrap; }
 table.pivot td { min-width: 9rem; }
+caption { caption-side: top; text-align: left; padding: .2rem 0; }
 td a, .badge a { color: inherit; }
 .s-pass { background: #c8e6c9; } .s-fail { background: #ffcdd2; } .s-flaky { background: #fff1b8; }
 .s-xfail { background: #e0e0e0; } .s-xpass { background: #bbdefb; } .s-skip { background: #f7f7f7; color: #555; }

@@ -243,7 +243,7 @@ fn heatmap(title: &str, ctx: &ReportContext, index: usize) -> Result<String, Str
         .map(|c| width(c, FONT))
         .max()
         .unwrap_or(0)
-        .max(150)
+        .max(190)
         + 12;
     let top = 56;
     let w = (label_w + cell_w * cols.len() as u32 + 16).max(320);
@@ -318,7 +318,9 @@ fn bar_chart(
         .iter()
         .flat_map(|s| s.values.iter().flatten())
         .fold(0.0f64, |a, b| a.max(*b));
-    let top = if max > 0.0 { max * 1.15 } else { 1.0 };
+    // Headroom above the tallest bar for the value labels and the legend box.
+    let headroom = 1.25 + 0.07 * series.len() as f64;
+    let top = if max > 0.0 { max * headroom } else { 1.0 };
     let n = groups.len().max(1);
     let w = (160 + n as u32 * (40 + 28 * series.len() as u32)).clamp(480, 1600);
     let h = 380;
