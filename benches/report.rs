@@ -4,9 +4,7 @@
 //!
 //! `cargo bench --bench report`
 
-use gpucompat::record::{
-    CellRecord, GpuInfo, Manifest, Metrics, Phase, RunState, Runner, Status,
-};
+use gpucompat::record::{CellRecord, GpuInfo, Manifest, Metrics, Phase, RunState, Runner, Status};
 use gpucompat::report::{ReportOptions, render};
 use gpucompat::signature::Signature;
 use serde_json::json;
@@ -17,7 +15,12 @@ use std::time::Instant;
 const RUNS: usize = 30;
 const VERSIONS: [&str; 5] = ["0.6.3", "0.6.5", "0.6.8.post1", "0.6.10", "0.6.11.post1"];
 const GPUS: [&str; 5] = ["sm_86", "sm_89", "sm_90", "2xsm_90", "sm_86+sm_89"];
-const MODELS: [&str; 4] = ["qwen3-30b-a3b", "qwen3-next-80b-a3b", "llama-3.1-8b", "deepseek-v2-lite"];
+const MODELS: [&str; 4] = [
+    "qwen3-30b-a3b",
+    "qwen3-next-80b-a3b",
+    "llama-3.1-8b",
+    "deepseek-v2-lite",
+];
 const BACKENDS: [&str; 5] = ["flashinfer", "triton", "fa3", "torch_native", "trtllm"];
 
 /// A small deterministic hash, so every run differs a little from the one before.
@@ -82,7 +85,9 @@ fn write_run(dir: &Path, night: usize) {
                         text.push_str(&format!("[{line:04}] loading shard {line} of {model}\n"));
                     }
                     if failing {
-                        text.push_str("RuntimeError: CUDA error: an illegal memory access was encountered\n");
+                        text.push_str(
+                            "RuntimeError: CUDA error: an illegal memory access was encountered\n",
+                        );
                     }
                     std::fs::write(dir.join(&log), text).expect("write log");
                     let speed = 1.0 + (mix(n, 7) % 40) as f64 / 100.0;
@@ -92,7 +97,11 @@ fn write_run(dir: &Path, night: usize) {
                         pins: vec![format!("flashinfer-python=={fi}")],
                         status,
                         signature,
-                        phase: Some(if failing { Phase::Ready } else { Phase::Teardown }),
+                        phase: Some(if failing {
+                            Phase::Ready
+                        } else {
+                            Phase::Teardown
+                        }),
                         duration_s: 90.0 * speed,
                         attempts: 1,
                         log,
@@ -138,8 +147,11 @@ fn write_run(dir: &Path, night: usize) {
     std::fs::write(dir.join("results.jsonl"), lines).expect("write results");
     let plan = json!({"path": "matrices/nightly.toml", "dir": "matrices",
         "keys": ["flashinfer", "gpu", "model", "backend"], "cells": plan_cells});
-    std::fs::write(dir.join("plan.json"), serde_json::to_vec(&plan).expect("json"))
-        .expect("write plan");
+    std::fs::write(
+        dir.join("plan.json"),
+        serde_json::to_vec(&plan).expect("json"),
+    )
+    .expect("write plan");
 }
 
 fn main() {
@@ -160,7 +172,11 @@ fn main() {
         let _ = writeln!(
             out,
             "report of {} runs x {} cells: {seconds:.3} s ({} cell pages, {} plots, {} logs copied)",
-            summary.runs, summary.counts.total, summary.cell_pages, summary.plots, summary.logs_copied
+            summary.runs,
+            summary.counts.total,
+            summary.cell_pages,
+            summary.plots,
+            summary.logs_copied
         );
     }
     let one = scratch.path().join("report-one");

@@ -415,9 +415,21 @@ mod tests {
             (Some(fail(nk)), Some(xfail(nk)), Some(C::StillFailingSame)),
             (Some(xfail(nk)), Some(fail(nk)), Some(C::StillFailingSame)),
             // still failing, another signature
-            (Some(fail(ia)), Some(fail(nk)), Some(C::StillFailingDifferent)),
-            (Some(xfail(nk)), Some(fail(ia)), Some(C::StillFailingDifferent)),
-            (Some(xfail(nk)), Some(xfail(ia)), Some(C::StillFailingDifferent)),
+            (
+                Some(fail(ia)),
+                Some(fail(nk)),
+                Some(C::StillFailingDifferent),
+            ),
+            (
+                Some(xfail(nk)),
+                Some(fail(ia)),
+                Some(C::StillFailingDifferent),
+            ),
+            (
+                Some(xfail(nk)),
+                Some(xfail(ia)),
+                Some(C::StillFailingDifferent),
+            ),
             // passing
             (Some(pass()), Some(pass()), Some(C::Passing)),
             (Some(flaky()), Some(pass()), Some(C::Passing)),
@@ -493,6 +505,10 @@ mod tests {
         let names: Vec<_> = C::ALL.iter().map(|c| c.as_str()).collect();
         let mut sorted = C::ALL.to_vec();
         sorted.sort();
-        assert_eq!(sorted, C::ALL.to_vec(), "ALL is in urgency order: {names:?}");
+        assert_eq!(
+            sorted,
+            C::ALL.to_vec(),
+            "ALL is in urgency order: {names:?}"
+        );
     }
 }

@@ -352,9 +352,10 @@ fn note(record: &CellRecord) -> Option<String> {
                 .map(text::one_line)
                 .unwrap_or_else(|| "known upstream failure".to_owned()),
         ),
-        Status::Error => Some(reason.unwrap_or_else(|| {
-            "infrastructure fault: says nothing about the cell".to_owned()
-        })),
+        Status::Error => Some(
+            reason
+                .unwrap_or_else(|| "infrastructure fault: says nothing about the cell".to_owned()),
+        ),
         Status::Skip | Status::Flaky | Status::Fail => reason,
         Status::Pass => None,
     }
@@ -370,7 +371,8 @@ pub(crate) fn page_of(id: &str) -> String {
     format!("cells/{}.html", file_stem(id))
 }
 
-fn same_folder(a: &Path, b: &Path) -> bool {
+/// Whether two paths are the same folder (both must exist).
+pub(crate) fn same_folder(a: &Path, b: &Path) -> bool {
     match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,
@@ -402,11 +404,7 @@ fn log_ref(record: &CellRecord, run: &LoadedRun, in_place: bool) -> Option<LogRe
     })
 }
 
-fn history(
-    id: &str,
-    runs: &[LoadedRun],
-    indexes: &[HashMap<&str, &CellRecord>],
-) -> CellHistory {
+fn history(id: &str, runs: &[LoadedRun], indexes: &[HashMap<&str, &CellRecord>]) -> CellHistory {
     let states: Vec<Option<StateView>> = indexes
         .iter()
         .map(|index| index.get(id).map(|r| StateView::of(r)))
@@ -530,11 +528,7 @@ pub(crate) fn build(
     };
     let mut groups: IndexMap<Vec<String>, Vec<&CellRecord>> = IndexMap::new();
     for record in &records {
-        let key: Vec<String> = layout
-            .groups
-            .iter()
-            .map(|g| value_of(record, g))
-            .collect();
+        let key: Vec<String> = layout.groups.iter().map(|g| value_of(record, g)).collect();
         groups.entry(key).or_default().push(record);
     }
     groups.sort_by_cached_key(|key, _| {
@@ -582,8 +576,12 @@ pub(crate) fn build(
         let col_values = present(col_axis);
         let mut slots: HashMap<(String, String), Vec<&CellRecord>> = HashMap::new();
         for record in members {
-            let r = row_axis.map(|a| value_of(record, &a.name)).unwrap_or_default();
-            let c = col_axis.map(|a| value_of(record, &a.name)).unwrap_or_default();
+            let r = row_axis
+                .map(|a| value_of(record, &a.name))
+                .unwrap_or_default();
+            let c = col_axis
+                .map(|a| value_of(record, &a.name))
+                .unwrap_or_default();
             slots.entry((r, c)).or_default().push(record);
         }
         let mut rows = Vec::with_capacity(row_values.len());
@@ -750,9 +748,7 @@ pub(crate) fn build(
             .filter(|c| c.comparison != Comparison::Passing)
             .map(|c| ChangeRow {
                 id: c.id.clone(),
-                page: tonight_ids
-                    .contains(c.id.as_str())
-                    .then(|| page_of(&c.id)),
+                page: tonight_ids.contains(c.id.as_str()).then(|| page_of(&c.id)),
                 comparison: c.comparison,
                 description: c.comparison.describe(),
                 base: c.base.clone(),

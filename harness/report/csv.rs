@@ -61,8 +61,12 @@ pub(crate) fn render(ctx: &ReportContext) -> Result<Vec<u8>, ::csv::Error> {
         let m = &cell.metrics;
         row.extend([
             cell.status.as_str().to_owned(),
-            cell.signature.map(|s| s.as_str().to_owned()).unwrap_or_default(),
-            cell.phase.map(|p| p.as_str().to_owned()).unwrap_or_default(),
+            cell.signature
+                .map(|s| s.as_str().to_owned())
+                .unwrap_or_default(),
+            cell.phase
+                .map(|p| p.as_str().to_owned())
+                .unwrap_or_default(),
             cell.spurious.to_string(),
             cell.attempts.to_string(),
             cell.duration_s.to_string(),
@@ -71,14 +75,19 @@ pub(crate) fn render(ctx: &ReportContext) -> Result<Vec<u8>, ::csv::Error> {
             num(m.ttft_s),
             num(m.tpot_s),
             num(m.tokens_per_s),
-            cell.fingerprint.as_deref().map(one_line).unwrap_or_default(),
+            cell.fingerprint
+                .as_deref()
+                .map(one_line)
+                .unwrap_or_default(),
             cell.new_fingerprint.to_string(),
             cell.expectation
                 .as_ref()
                 .and_then(|e| e.link.clone())
                 .unwrap_or_default(),
             cell.reason.as_deref().map(one_line).unwrap_or_default(),
-            cell.change.map(|c| c.as_str().to_owned()).unwrap_or_default(),
+            cell.change
+                .map(|c| c.as_str().to_owned())
+                .unwrap_or_default(),
             cell.history
                 .last_change
                 .as_ref()
@@ -89,10 +98,15 @@ pub(crate) fn render(ctx: &ReportContext) -> Result<Vec<u8>, ::csv::Error> {
                 .as_ref()
                 .map(|c| c.from.text())
                 .unwrap_or_default(),
-            cell.log.as_ref().map(|l| l.href.clone()).unwrap_or_default(),
+            cell.log
+                .as_ref()
+                .map(|l| l.href.clone())
+                .unwrap_or_default(),
             cell.page.clone(),
         ]);
         writer.write_record(&row)?;
     }
-    writer.into_inner().map_err(|e| ::csv::Error::from(e.into_error()))
+    writer
+        .into_inner()
+        .map_err(|e| ::csv::Error::from(e.into_error()))
 }

@@ -30,6 +30,10 @@ pub enum ReportError {
     },
     #[error("`--rows` and `--cols` both name `{0}`; pick two different axes")]
     SameAxis(String),
+    #[error(
+        "`{0}` holds another run than tonight's; a report there would overwrite its logs (pick another `--out`, or that run's own folder for a report of that run)"
+    )]
+    OutIsAnotherRun(String),
     #[error("cannot write `{path}`")]
     Write {
         path: String,
@@ -49,7 +53,8 @@ impl ReportError {
             | ReportError::NotARunFolder(_)
             | ReportError::Manifest { .. }
             | ReportError::UnknownAxis { .. }
-            | ReportError::SameAxis(_) => true,
+            | ReportError::SameAxis(_)
+            | ReportError::OutIsAnotherRun(_) => true,
             ReportError::Folder { source, .. } => match source {
                 FolderError::Corrupt { .. } => true,
                 other => other.is_input(),

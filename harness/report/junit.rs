@@ -64,7 +64,10 @@ fn case(xml: &mut String, cell: &CellEntry, class: &str) {
         Status::Flaky => None,
         Status::Fail => Some(format!(
             "      <failure message=\"{}\" type=\"{}\">{}</failure>\n",
-            escape(&format!("failed: {}", if what.is_empty() { "fail" } else { what })),
+            escape(&format!(
+                "failed: {}",
+                if what.is_empty() { "fail" } else { what }
+            )),
             escape(if what.is_empty() { "fail" } else { what }),
             escape(&excerpt_text(cell))
         )),

@@ -95,12 +95,12 @@ pub fn load_run(dir: &Path) -> Result<LoadedRun, ReportError> {
         return Err(ReportError::NotARunFolder(shown));
     }
     let manifest = match fs::read_to_string(&manifest_path) {
-        Ok(text) => Some(
-            serde_json::from_str::<Manifest>(&text).map_err(|source| ReportError::Manifest {
+        Ok(text) => Some(serde_json::from_str::<Manifest>(&text).map_err(|source| {
+            ReportError::Manifest {
                 path: manifest_path.display().to_string(),
                 source,
-            })?,
-        ),
+            }
+        })?),
         Err(err) if err.kind() == io::ErrorKind::NotFound => None,
         Err(source) => {
             return Err(ReportError::Folder {
@@ -221,4 +221,3 @@ fn plan_info(value: &Value) -> PlanInfo {
         cells,
     }
 }
-

@@ -44,6 +44,9 @@ pub struct BarSeries {
     pub values: Vec<Option<f64>>,
 }
 
+/// Reads one metric of a cell.
+type Metric = fn(&Metrics) -> Option<f64>;
+
 /// The plots the report has data for.
 pub(crate) fn specs(ctx: &ReportContext) -> Vec<PlotSpec> {
     let mut specs = Vec::new();
@@ -61,11 +64,21 @@ pub(crate) fn specs(ctx: &ReportContext) -> Vec<PlotSpec> {
         .axes
         .iter()
         .find(|a| a.name.to_ascii_lowercase().contains("backend"))
-        .or_else(|| ctx.axes.iter().find(|a| a.name.eq_ignore_ascii_case("engine")))
+        .or_else(|| {
+            ctx.axes
+                .iter()
+                .find(|a| a.name.eq_ignore_ascii_case("engine"))
+        })
         .map(|a| a.name.as_str())
         .or(rows);
-    let wanted: [(&str, &str, Option<&str>, fn(&Metrics) -> Option<f64>, &str); 3] = [
-        ("plots/jit.svg", "JIT compile time", rows, |m| m.jit_s, "seconds"),
+    let wanted: [(&str, &str, Option<&str>, Metric, &str); 3] = [
+        (
+            "plots/jit.svg",
+            "JIT compile time",
+            rows,
+            |m| m.jit_s,
+            "seconds",
+        ),
         (
             "plots/ready.svg",
             "Time to ready",
@@ -108,12 +121,7 @@ fn value<'a>(cell: &'a CellEntry, axis: &str) -> &'a str {
         .map_or("", |v| v.value.as_str())
 }
 
-fn bars(
-    ctx: &ReportContext,
-    x_axis: Option<&str>,
-    metric: fn(&Metrics) -> Option<f64>,
-    unit: &str,
-) -> Option<Chart> {
+fn bars(ctx: &ReportContext, x_axis: Option<&str>, metric: Metric, unit: &str) -> Option<Chart> {
     let series_axis = ctx.layout.cols.as_deref().filter(|c| Some(*c) != x_axis);
     let values_of = |axis: Option<&str>, fallback: &str| -> Vec<String> {
         match axis.and_then(|a| ctx.axes.iter().find(|x| x.name == a)) {
@@ -261,20 +269,35 @@ fn heatmap(title: &str, ctx: &ReportContext, index: usize) -> Result<String, Str
             TextStyle::from(font(15)).pos(Pos::new(HPos::Left, VPos::Center)),
         ))
         .map_err(err)?;
-        root.draw(&Text::new(cut(&table.corner, 30), (8, top as i32 - 12), left.clone()))
-            .map_err(err)?;
+        root.draw(&Text::new(
+            cut(&table.corner, 30),
+            (8, top as i32 - 12),
+            left.clone(),
+        ))
+        .map_err(err)?;
         for (c, name) in cols.iter().enumerate() {
             let x = (label_w + cell_w * c as u32 + cell_w / 2) as i32;
-            root.draw(&Text::new(name.clone(), (x, top as i32 - 12), center.clone()))
-                .map_err(err)?;
+            root.draw(&Text::new(
+                name.clone(),
+                (x, top as i32 - 12),
+                center.clone(),
+            ))
+            .map_err(err)?;
         }
         for (r, row) in table.rows.iter().enumerate() {
             let y0 = (top + ROW * r as u32) as i32;
-            root.draw(&Text::new(rows[r].clone(), (8, y0 + ROW as i32 / 2), left.clone()))
-                .map_err(err)?;
+            root.draw(&Text::new(
+                rows[r].clone(),
+                (8, y0 + ROW as i32 / 2),
+                left.clone(),
+            ))
+            .map_err(err)?;
             for (c, badges) in row.cells.iter().enumerate() {
                 let x0 = (label_w + cell_w * c as u32) as i32;
-                let rect = [(x0 + 1, y0 + 1), (x0 + cell_w as i32 - 1, y0 + ROW as i32 - 1)];
+                let rect = [
+                    (x0 + 1, y0 + 1),
+                    (x0 + cell_w as i32 - 1, y0 + ROW as i32 - 1),
+                ];
                 let (fill, label) = match badges.as_slice() {
                     [] => (RGBColor(0xff, 0xff, 0xff), "—".to_owned()),
                     [one] => (
@@ -290,9 +313,13 @@ fn heatmap(title: &str, ctx: &ReportContext, index: usize) -> Result<String, Str
                             .join(" "),
                     ),
                 };
-                root.draw(&Rectangle::new(rect, fill.filled())).map_err(err)?;
-                root.draw(&Rectangle::new(rect, RGBColor(0xbb, 0xbb, 0xbb).stroke_width(1)))
+                root.draw(&Rectangle::new(rect, fill.filled()))
                     .map_err(err)?;
+                root.draw(&Rectangle::new(
+                    rect,
+                    RGBColor(0xbb, 0xbb, 0xbb).stroke_width(1),
+                ))
+                .map_err(err)?;
                 let max = ((cell_w - 8) * 10 / (FONT * 6)) as usize;
                 root.draw(&Text::new(
                     cut(&label, max),
@@ -351,11 +378,16 @@ fn bar_chart(
                 .draw_series(s.values.iter().enumerate().filter_map(|(g, v)| {
                     let v = (*v)?;
                     let x0 = g as f64 + 0.1 + bar * si as f64;
-                    Some(Rectangle::new([(x0, 0.0), (x0 + bar * 0.92, v)], color.filled()))
+                    Some(Rectangle::new(
+                        [(x0, 0.0), (x0 + bar * 0.92, v)],
+                        color.filled(),
+                    ))
                 }))
                 .map_err(err)?
                 .label(cut(&s.name, 24))
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
+                });
             // The value on top of each bar: readable without telling colors apart.
             chart
                 .draw_series(s.values.iter().enumerate().filter_map(|(g, v)| {

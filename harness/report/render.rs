@@ -11,10 +11,11 @@
 //! OUT/logs/<id>.log      copies of tonight's logs (linked in place when OUT is the run folder)
 //! ```
 
-use super::context::{self, Counts, ReportContext, ReportOptions};
+use super::context::{self, Counts, ReportContext, ReportOptions, same_folder};
 use super::error::{ReportError, write_err};
 use super::load::{LoadedRun, load_runs};
 use super::{csv, html, json, junit, logs, markdown, plots};
+use crate::run::folder::{MANIFEST, RESULTS};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -73,6 +74,13 @@ pub fn render_loaded(
     out: &Path,
     options: &ReportOptions,
 ) -> Result<ReportSummary, ReportError> {
+    // A report copies tonight's logs into `OUT/logs/`: never over another run's logs.
+    if let Some(tonight) = runs.last() {
+        let is_run = out.join(MANIFEST).is_file() || out.join(RESULTS).is_file();
+        if is_run && !same_folder(out, &tonight.dir) {
+            return Err(ReportError::OutIsAnotherRun(out.display().to_string()));
+        }
+    }
     mkdir(out)?;
     let mut ctx = context::build(runs, out, options)?;
 
@@ -88,7 +96,10 @@ pub fn render_loaded(
                 svgs.push(Some(svg));
             }
             Err(message) => {
-                plot_warnings.push(format!("plot `{}` could not be drawn: {message}", spec.file));
+                plot_warnings.push(format!(
+                    "plot `{}` could not be drawn: {message}",
+                    spec.file
+                ));
                 svgs.push(None);
             }
         }
@@ -114,7 +125,11 @@ pub fn render_loaded(
     files.push("junit.xml".to_owned());
 
     mkdir(&out.join("cells"))?;
-    if ctx.cells.iter().any(|c| c.log.as_ref().is_some_and(|l| l.copy)) {
+    if ctx
+        .cells
+        .iter()
+        .any(|c| c.log.as_ref().is_some_and(|l| l.copy))
+    {
         mkdir(&out.join("logs"))?;
     }
     let mut logs_copied = 0;

@@ -28,10 +28,19 @@ pub struct Reproducer {
 }
 
 /// The environment the cell's command saw, except per-run paths (JIT cache folders).
-fn environment(record: &CellRecord, plan: Option<&PlanCell>, server: bool) -> Vec<(String, String)> {
+fn environment(
+    record: &CellRecord,
+    plan: Option<&PlanCell>,
+    server: bool,
+) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = Vec::new();
     if !record.runner.gpus.is_empty() {
-        let order: Vec<String> = record.runner.gpus.iter().map(|g| g.index.to_string()).collect();
+        let order: Vec<String> = record
+            .runner
+            .gpus
+            .iter()
+            .map(|g| g.index.to_string())
+            .collect();
         env.push(("CUDA_VISIBLE_DEVICES".into(), order.join(",")));
         env.push(("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()));
     }

@@ -97,7 +97,11 @@ pub(crate) fn file_stem(id: &str) -> String {
 pub(crate) fn shell_quote(word: &str) -> Cow<'_, str> {
     let plain = !word.is_empty()
         && word.bytes().all(|b| {
-            b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/' | b',' | b':' | b'@' | b'%' | b'+' | b'=')
+            b.is_ascii_alphanumeric()
+                || matches!(
+                    b,
+                    b'_' | b'-' | b'.' | b'/' | b',' | b':' | b'@' | b'%' | b'+' | b'='
+                )
         })
         && !word.starts_with('=');
     if plain {
@@ -205,7 +209,10 @@ mod tests {
 
     #[test]
     fn shell_quoting() {
-        assert_eq!(shell_quote("flashinfer-python==0.6.3"), "flashinfer-python==0.6.3");
+        assert_eq!(
+            shell_quote("flashinfer-python==0.6.3"),
+            "flashinfer-python==0.6.3"
+        );
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
         assert_eq!(shell_quote(""), "''");
@@ -214,7 +221,10 @@ mod tests {
 
     #[test]
     fn log_lines_lose_escapes_and_controls() {
-        assert_eq!(clean_line("\u{1b}[31merror\u{1b}[0m: x\u{7}"), "error: x\u{fffd}");
+        assert_eq!(
+            clean_line("\u{1b}[31merror\u{1b}[0m: x\u{7}"),
+            "error: x\u{fffd}"
+        );
         assert_eq!(clean_line("plain\ttext"), "plain\ttext");
     }
 

@@ -3,7 +3,7 @@
 
 use crate::util::{Sandbox, gpucompat};
 use gpucompat::record::{
-    CellRecord, ExpectationRef, Exit, GpuInfo, Manifest, Metrics, Phase, RunState, Runner, Status,
+    CellRecord, Exit, ExpectationRef, GpuInfo, Manifest, Metrics, Phase, RunState, Runner, Status,
 };
 use gpucompat::report::{ReportOptions, build_context};
 use gpucompat::signature::Signature;
@@ -37,7 +37,13 @@ fn id(fi: &str, gpu: &str, model: &str) -> String {
 }
 
 /// A record of the nightly matrix; the mixed-arch column carries the `include` keys.
-fn rec(fi: &str, gpu_spec: &str, model: &str, status: Status, sig: Option<Signature>) -> CellRecord {
+fn rec(
+    fi: &str,
+    gpu_spec: &str,
+    model: &str,
+    status: Status,
+    sig: Option<Signature>,
+) -> CellRecord {
     let mut values = serde_json::Map::new();
     values.insert("flashinfer".into(), json!(fi));
     values.insert("gpu".into(), json!(gpu_spec));
@@ -125,14 +131,26 @@ fn last_night() -> Vec<CellRecord> {
     let mut r = rec("0.6.3", "sm_90", QWEN, Status::Pass, None);
     r.metrics = metrics(44.0, 30.0, 90.0);
     out.push(r);
-    let mut r = rec("0.6.3", MIXED, QWEN, Status::Xfail, Some(Signature::NoKernelImage));
+    let mut r = rec(
+        "0.6.3",
+        MIXED,
+        QWEN,
+        Status::Xfail,
+        Some(Signature::NoKernelImage),
+    );
     r.expectation = Some(mixed_expectation());
     r.fingerprint = Some("no kernel image is available for execution on the device".into());
     out.push(r);
     let mut r = rec("0.6.11.post1", "sm_90", QWEN, Status::Pass, None);
     r.metrics = metrics(40.0, 25.0, 101.0);
     out.push(r);
-    let mut r = rec("0.6.11.post1", MIXED, QWEN, Status::Xfail, Some(Signature::NoKernelImage));
+    let mut r = rec(
+        "0.6.11.post1",
+        MIXED,
+        QWEN,
+        Status::Xfail,
+        Some(Signature::NoKernelImage),
+    );
     r.expectation = Some(mixed_expectation());
     r.fingerprint = Some("no kernel image is available for execution on the device".into());
     out.push(r);
@@ -140,10 +158,22 @@ fn last_night() -> Vec<CellRecord> {
     let mut r = rec("0.6.3", MIXED, NEXT, Status::Skip, None);
     r.reason = Some("no GPU of this host can serve sm_86+sm_89".into());
     out.push(r);
-    let mut r = rec("0.6.11.post1", "sm_90", NEXT, Status::Fail, Some(Signature::Oom));
+    let mut r = rec(
+        "0.6.11.post1",
+        "sm_90",
+        NEXT,
+        Status::Fail,
+        Some(Signature::Oom),
+    );
     r.fingerprint = Some("CUDA out of memory. Tried to allocate <N> GiB".into());
     out.push(r);
-    let mut r = rec("0.6.11.post1", MIXED, NEXT, Status::Fail, Some(Signature::Deadlock));
+    let mut r = rec(
+        "0.6.11.post1",
+        MIXED,
+        NEXT,
+        Status::Fail,
+        Some(Signature::Deadlock),
+    );
     r.fingerprint = Some("no progress for 300s".into());
     out.push(r);
     // Dropped from tonight's matrix.
@@ -157,14 +187,26 @@ fn tonight() -> Vec<CellRecord> {
     let mut r = rec("0.6.3", "sm_90", QWEN, Status::Pass, None);
     r.metrics = metrics(42.0, 31.5, 92.0);
     out.push(r);
-    let mut r = rec("0.6.3", MIXED, QWEN, Status::Xfail, Some(Signature::NoKernelImage));
+    let mut r = rec(
+        "0.6.3",
+        MIXED,
+        QWEN,
+        Status::Xfail,
+        Some(Signature::NoKernelImage),
+    );
     r.expectation = Some(mixed_expectation());
     r.fingerprint = Some("no kernel image is available for execution on the device".into());
     r.excerpt = Some("torch.AcceleratorError: CUDA error: no kernel image is available".into());
     r.metrics = metrics(80.0, 70.0, 0.0);
     r.metrics.tokens_per_s = None;
     out.push(r);
-    let mut r = rec("0.6.11.post1", "sm_90", QWEN, Status::Fail, Some(Signature::IllegalAddress));
+    let mut r = rec(
+        "0.6.11.post1",
+        "sm_90",
+        QWEN,
+        Status::Fail,
+        Some(Signature::IllegalAddress),
+    );
     r.fingerprint = Some("CUDA error: an illegal memory access was encountered".into());
     r.line = Some(6);
     r.exit = Some(Exit {
@@ -178,7 +220,13 @@ fn tonight() -> Vec<CellRecord> {
     r.expectation = Some(mixed_expectation());
     r.metrics = metrics(95.0, 82.0, 48.0);
     out.push(r);
-    let mut r = rec("0.6.3", "sm_90", NEXT, Status::Flaky, Some(Signature::CollectiveTimeout));
+    let mut r = rec(
+        "0.6.3",
+        "sm_90",
+        NEXT,
+        Status::Flaky,
+        Some(Signature::CollectiveTimeout),
+    );
     r.reason = Some("failed 1 time before passing".into());
     r.metrics = metrics(120.0, 60.0, 55.0);
     out.push(r);
@@ -186,17 +234,35 @@ fn tonight() -> Vec<CellRecord> {
     r.reason = Some("no GPU of this host can serve sm_86+sm_89".into());
     r.phase = None;
     out.push(r);
-    let mut r = rec("0.6.11.post1", "sm_90", NEXT, Status::Error, Some(Signature::DependencyError));
+    let mut r = rec(
+        "0.6.11.post1",
+        "sm_90",
+        NEXT,
+        Status::Error,
+        Some(Signature::DependencyError),
+    );
     r.spurious = true;
     r.phase = Some(Phase::Provision);
     r.reason = Some("infrastructure fault (dependency_error): says nothing about the cell".into());
     out.push(r);
-    let mut r = rec("0.6.11.post1", MIXED, NEXT, Status::Fail, Some(Signature::Deadlock));
+    let mut r = rec(
+        "0.6.11.post1",
+        MIXED,
+        NEXT,
+        Status::Fail,
+        Some(Signature::Deadlock),
+    );
     r.fingerprint = Some("no progress for 300s".into());
     out.push(r);
     // A hand-edited record: hostile id, values, excerpt, reason and links; its log path leaves
     // the run folder.
-    let mut r = rec("0.6.3", "sm_90", "<b>bold</b>&amp;", Status::Fail, Some(Signature::Unknown));
+    let mut r = rec(
+        "0.6.3",
+        "sm_90",
+        "<b>bold</b>&amp;",
+        Status::Fail,
+        Some(Signature::Unknown),
+    );
     r.id = EVIL_ID.to_owned();
     r.log = "../outside.log".to_owned();
     r.excerpt = Some(format!("{HOSTILE}\n</td></tr></table>\n&amp; done"));
@@ -235,7 +301,7 @@ fn plan_cell(record: &CellRecord) -> Value {
 /// Writes a run folder: manifest, plan, results (with an earlier record of one cell that the
 /// later one replaces) and logs.
 fn write_run(dir: &Path, started_at: &str, records: &[CellRecord]) {
-    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    std::fs::create_dir_all(dir.join("logs")).expect("create folder");
     let manifest = Manifest {
         format_version: 1,
         harness_version: "0.1.0".into(),
@@ -252,9 +318,9 @@ fn write_run(dir: &Path, started_at: &str, records: &[CellRecord]) {
     };
     std::fs::write(
         dir.join("manifest.json"),
-        serde_json::to_string_pretty(&manifest).unwrap(),
+        serde_json::to_string_pretty(&manifest).expect("serialize"),
     )
-    .unwrap();
+    .expect("write fixture");
     let plan = json!({
         "path": "matrices/nightly.toml",
         "dir": "matrices",
@@ -264,19 +330,19 @@ fn write_run(dir: &Path, started_at: &str, records: &[CellRecord]) {
     });
     std::fs::write(
         dir.join("plan.json"),
-        serde_json::to_string_pretty(&plan).unwrap(),
+        serde_json::to_string_pretty(&plan).expect("serialize"),
     )
-    .unwrap();
+    .expect("write fixture");
     let mut lines = String::new();
     // An earlier record of the first cell (resume): the later line wins.
     if let Some(first) = records.first() {
         let mut stale = first.clone();
         stale.status = Status::Skip;
-        lines.push_str(&serde_json::to_string(&stale).unwrap());
+        lines.push_str(&serde_json::to_string(&stale).expect("serialize"));
         lines.push('\n');
     }
     for record in records {
-        lines.push_str(&serde_json::to_string(record).unwrap());
+        lines.push_str(&serde_json::to_string(record).expect("serialize"));
         lines.push('\n');
         if let Some(rel) = Some(&record.log).filter(|l| !l.contains("..")) {
             let text = if record.signature == Some(Signature::IllegalAddress) {
@@ -285,13 +351,17 @@ fn write_run(dir: &Path, started_at: &str, records: &[CellRecord]) {
                 format!(
                     "[gpucompat] cell {}\nstarting\n{}\n",
                     record.id,
-                    if record.status == Status::Pass { "ok" } else { "failed" }
+                    if record.status == Status::Pass {
+                        "ok"
+                    } else {
+                        "failed"
+                    }
                 )
             };
-            std::fs::write(dir.join(rel), text).unwrap();
+            std::fs::write(dir.join(rel), text).expect("write fixture");
         }
     }
-    std::fs::write(dir.join("results.jsonl"), lines).unwrap();
+    std::fs::write(dir.join("results.jsonl"), lines).expect("write fixture");
 }
 
 /// Two nightlies in a sandbox: (sandbox, last night, tonight).
@@ -351,7 +421,7 @@ fn report(runs: &[&Path], out: &Path, extra: &[&str]) -> std::process::Output {
         .arg(out)
         .args(extra)
         .output()
-        .unwrap()
+        .expect("run gpucompat")
 }
 
 #[test]
@@ -362,7 +432,10 @@ fn report_writes_every_format() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
-    assert!(stdout.contains("1 regression since the previous run"), "{stdout}");
+    assert!(
+        stdout.contains("1 regression since the previous run"),
+        "{stdout}"
+    );
     assert!(stderr.contains("leaves the run folder"), "{stderr}");
     for file in [
         "index.html",
@@ -413,7 +486,14 @@ fn report_writes_every_format() {
     let header = csv.headers().unwrap().clone();
     assert_eq!(
         &header.iter().take(6).collect::<Vec<_>>(),
-        &["id", "flashinfer", "gpu", "model", "workaround", "arch_list"]
+        &[
+            "id",
+            "flashinfer",
+            "gpu",
+            "model",
+            "workaround",
+            "arch_list"
+        ]
     );
     let rows: Vec<csv::StringRecord> = csv.records().map(Result::unwrap).collect();
     assert_eq!(rows.len(), tonight().len());
@@ -439,11 +519,21 @@ fn report_writes_every_format() {
     assert!(index.contains("evil&lt;/td&gt;&lt;script&gt;alert(1)&lt;/script&gt;"));
     assert!(!index.contains("href=\"javascript:"));
     for attr in ["src=\"http", "href=\"//", "src=\"//", "url(http", "@import"] {
-        assert!(!index.contains(attr), "external fetch `{attr}` in index.html");
+        assert!(
+            !index.contains(attr),
+            "external fetch `{attr}` in index.html"
+        );
     }
     let page = read(&out.join("cells/0.6.11.post1-sm_90-qwen3-30b-a3b.html"));
-    assert!(page.contains("<mark>RuntimeError: CUDA error: an illegal memory access was encountered</mark>"), "{page}");
-    assert!(page.contains("&lt;/td&gt;&lt;/tr&gt;&lt;/table&gt;&lt;b&gt;not bold&lt;/b&gt; &amp;amp; &amp;lt;"));
+    assert!(
+        page.contains(
+            "<mark>RuntimeError: CUDA error: an illegal memory access was encountered</mark>"
+        ),
+        "{page}"
+    );
+    assert!(page.contains(
+        "&lt;/td&gt;&lt;/tr&gt;&lt;/table&gt;&lt;b&gt;not bold&lt;/b&gt; &amp;amp; &amp;lt;"
+    ));
     assert!(!page.contains("<script") && !page.contains('\u{1b}'));
     assert!(page.contains("CUDA_VISIBLE_DEVICES=2"), "{page}");
 }
@@ -467,9 +557,18 @@ fn reproducer_has_pins_env_gpu_order_and_quoted_command() {
         script.contains("python -m pip install flashinfer-cubin==0.6.3 flashinfer-python==0.6.3"),
         "{script}"
     );
-    assert!(script.contains("cd matrices && env \\\n  CUDA_VISIBLE_DEVICES=1,0 \\\n"), "{script}");
-    assert!(script.contains("  TORCH_CUDA_ARCH_LIST=8.6 \\\n"), "{script}");
-    assert!(script.contains("  sh -c 'sh smoke.sh 0.6.3 '\\''qwen3-30b-a3b'\\'''"), "{script}");
+    assert!(
+        script.contains("cd matrices && env \\\n  CUDA_VISIBLE_DEVICES=1,0 \\\n"),
+        "{script}"
+    );
+    assert!(
+        script.contains("  TORCH_CUDA_ARCH_LIST=8.6 \\\n"),
+        "{script}"
+    );
+    assert!(
+        script.contains("  sh -c 'sh smoke.sh 0.6.3 '\\''qwen3-30b-a3b'\\'''"),
+        "{script}"
+    );
     assert!(
         script.contains(
             "gpucompat run matrices/nightly.toml --cell 0.6.3-sm_86_sm_89-qwen3-30b-a3b --out runs/repro-0.6.3-sm_86_sm_89-qwen3-30b-a3b"
@@ -483,11 +582,16 @@ fn reproducer_has_pins_env_gpu_order_and_quoted_command() {
         .find(|c| c.id == id("0.6.3", "sm_90", NEXT))
         .unwrap();
     let command = server.reproducer.command.as_deref().unwrap();
-    assert!(command.contains("--port 30000 --tp 2 --attention-backend flashinfer"), "{command}");
+    assert!(
+        command.contains("--port 30000 --tp 2 --attention-backend flashinfer"),
+        "{command}"
+    );
     assert!(command.contains("GPUCOMPAT_PORT=30000"), "{command}");
     let evil = ctx.cells.iter().find(|c| c.id == EVIL_ID).unwrap();
     assert!(
-        evil.reproducer.script.contains("pip install 'evil==1; rm -rf /'"),
+        evil.reproducer
+            .script
+            .contains("pip install 'evil==1; rm -rf /'"),
         "{}",
         evil.reproducer.script
     );
@@ -500,19 +604,36 @@ fn reproducer_has_pins_env_gpu_order_and_quoted_command() {
         .replace("cd matrices && env", "printf '%s\\n'");
     let out = Command::new("sh").arg("-c").arg(&echo).output().unwrap();
     let words = String::from_utf8_lossy(&out.stdout);
-    assert!(words.lines().any(|l| l == "sh smoke.sh 0.6.3 'qwen3-30b-a3b'"), "{words}");
-    assert!(words.lines().any(|l| l == "GPUCOMPAT_PINS=flashinfer-cubin==0.6.3 flashinfer-python==0.6.3"), "{words}");
+    assert!(
+        words
+            .lines()
+            .any(|l| l == "sh smoke.sh 0.6.3 'qwen3-30b-a3b'"),
+        "{words}"
+    );
+    assert!(
+        words
+            .lines()
+            .any(|l| l == "GPUCOMPAT_PINS=flashinfer-cubin==0.6.3 flashinfer-python==0.6.3"),
+        "{words}"
+    );
 }
 
 #[test]
 fn report_pivots_other_axes_and_rejects_unknown_ones() {
     let (sandbox, last, tonight_dir) = nightlies();
     let out = sandbox.path().join("report");
-    let output = report(&[&last, &tonight_dir], &out, &["--rows", "model", "--cols", "flashinfer"]);
+    let output = report(
+        &[&last, &tonight_dir],
+        &out,
+        &["--rows", "model", "--cols", "flashinfer"],
+    );
     assert_eq!(output.status.code(), Some(0));
     let md = read(&out.join("compat.md"));
     assert!(md.contains("## gpu = sm_90\n"), "{md}");
-    assert!(md.contains("| model ↓ flashinfer → | 0.6.3 | 0.6.11.post1 |"), "{md}");
+    assert!(
+        md.contains("| model ↓ flashinfer → | 0.6.3 | 0.6.11.post1 |"),
+        "{md}"
+    );
 
     let output = report(&[&tonight_dir], &out, &["--rows", "nope"]);
     assert_eq!(output.status.code(), Some(2));
@@ -530,7 +651,7 @@ fn report_pivots_other_axes_and_rejects_unknown_ones() {
 
 #[test]
 fn report_in_the_run_folder_links_its_logs() {
-    let (_sandbox, _last, tonight_dir) = nightlies();
+    let (_sandbox, last, tonight_dir) = nightlies();
     let output = report(&[&tonight_dir], &tonight_dir, &[]);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     assert!(tonight_dir.join("index.html").is_file());
@@ -544,6 +665,27 @@ fn report_in_the_run_folder_links_its_logs() {
     // The run folder still reads as a run (and renders again).
     let output = report(&[&tonight_dir], &tonight_dir, &[]);
     assert_eq!(output.status.code(), Some(0));
+    // Never into another run's folder: its logs would be overwritten.
+    let output = report(&[&last, &tonight_dir], &last, &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("holds another run"));
+}
+
+/// What `run` does at its end: render into its own folder, even with no record yet.
+#[test]
+fn render_in_place_with_no_records() {
+    let sandbox = Sandbox::new();
+    let dir = sandbox.path().join("run");
+    write_run(&dir, "2026-11-21T02:00:00Z", &[]);
+    std::fs::remove_file(dir.join("results.jsonl")).unwrap();
+    let summary =
+        gpucompat::report::render(std::slice::from_ref(&dir), &dir, &ReportOptions::default())
+            .unwrap();
+    assert_eq!(summary.counts.total, 0);
+    assert_eq!(summary.plots, 0);
+    let index = read(&dir.join("index.html"));
+    assert!(index.contains("No cell has a result yet."), "{index}");
+    assert!(read(&dir.join("compat.md")).contains("no cells"));
 }
 
 fn compare(base: &Path, head: &Path, format: &str) -> (Option<i32>, String) {
@@ -553,7 +695,7 @@ fn compare(base: &Path, head: &Path, format: &str) -> (Option<i32>, String) {
         .arg(head)
         .args(["--format", format])
         .output()
-        .unwrap();
+        .expect("run gpucompat");
     (
         output.status.code(),
         String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -583,7 +725,10 @@ fn compare_classifies_cells_and_exits_1_on_regressions() {
     assert_eq!(line(&id("0.6.11.post1", MIXED, NEXT)), "still_failing_same");
     assert_eq!(line(&id("0.6.3", MIXED, NEXT)), "skipped");
     assert_eq!(line(&id("0.6.8.post1", "sm_90", QWEN)), "removed");
-    assert!(!table.contains(&format!("{} ", id("0.6.3", "sm_90", QWEN))), "passing cells are not listed");
+    assert!(
+        !table.contains(&format!("{} ", id("0.6.3", "sm_90", QWEN))),
+        "passing cells are not listed"
+    );
     assert!(table.contains(": 1 regressed, 1 newly flaky, 1 fixed, 2 still failing same, 1 spurious, 1 new, 1 removed, 1 skipped, 1 passing"), "{table}");
 
     let (code, json) = compare(&last, &tonight_dir, "json");
@@ -599,7 +744,12 @@ fn compare_classifies_cells_and_exits_1_on_regressions() {
 
     let (code, md) = compare(&last, &tonight_dir, "md");
     assert_eq!(code, Some(1));
-    assert!(md.contains("| 0.6.11.post1-sm_90-qwen3-30b-a3b | **regressed** | pass | fail illegal_address |"), "{md}");
+    assert!(
+        md.contains(
+            "| 0.6.11.post1-sm_90-qwen3-30b-a3b | **regressed** | pass | fail illegal_address |"
+        ),
+        "{md}"
+    );
     assert!(md.contains("evil\\</td\\>\\<script\\>"), "{md}");
 
     // Backwards there is no regression; a run against itself neither.
@@ -621,8 +771,8 @@ fn run_with_limit(command: &mut Command, scratch: &Path, limit: Duration) -> (St
     let stderr = scratch.join("stderr");
     let mut child = command
         .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&stdout).unwrap())
-        .stderr(std::fs::File::create(&stderr).unwrap())
+        .stdout(std::fs::File::create(&stdout).expect("create output file"))
+        .stderr(std::fs::File::create(&stderr).expect("create output file"))
         .spawn()
         .unwrap_or_else(|e| {
             panic!(
@@ -632,13 +782,16 @@ fn run_with_limit(command: &mut Command, scratch: &Path, limit: Duration) -> (St
         });
     let start = Instant::now();
     loop {
-        if child.try_wait().unwrap().is_some() {
+        if child.try_wait().expect("poll chromium").is_some() {
             break;
         }
         if start.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("chromium did not finish within {limit:?}: {}", read(&stderr));
+            panic!(
+                "chromium did not finish within {limit:?}: {}",
+                read(&stderr)
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -669,12 +822,15 @@ fn chromium(profile: &Path, args: &[String]) -> String {
     command.arg(format!("--user-data-dir={}", profile.display()));
     command.args(args);
     let scratch = profile.with_extension("io");
-    std::fs::create_dir_all(&scratch).unwrap();
+    std::fs::create_dir_all(&scratch).expect("create folder");
     run_with_limit(&mut command, &scratch, Duration::from_secs(90)).0
 }
 
 fn url(path: &Path) -> String {
-    format!("file://{}", path.canonicalize().unwrap().display())
+    format!(
+        "file://{}",
+        path.canonicalize().expect("canonical path").display()
+    )
 }
 
 /// The dashboard in a real browser: the table is in the DOM, hostile log text is text (no
@@ -687,19 +843,40 @@ fn browser_renders_dashboard_and_shows_hostile_text_as_text() {
     assert_eq!(output.status.code(), Some(0));
     let profile = sandbox.path().join("chromium-profile");
 
-    let dom = chromium(&profile, &["--dump-dom".into(), url(&out.join("index.html"))]);
-    assert!(dom.contains("<table class=\"pivot\">"), "no table in the DOM:\n{dom}");
+    let dom = chromium(
+        &profile,
+        &["--dump-dom".into(), url(&out.join("index.html"))],
+    );
+    assert!(
+        dom.contains("<table class=\"pivot\">"),
+        "no table in the DOM:\n{dom}"
+    );
     assert!(dom.contains("✗ illegal_address"), "{dom}");
     assert!(dom.contains("<svg"), "plots are inline");
     // The hostile id and value are text nodes, serialized escaped; no element came from them.
-    assert!(dom.contains("evil&lt;/td&gt;&lt;script&gt;alert(1)&lt;/script&gt;"), "{dom}");
-    assert!(!dom.contains("<script"), "a script element is in the DOM:\n{dom}");
-    assert!(!dom.contains("<b>bold</b>"), "markup from a value became an element");
+    assert!(
+        dom.contains("evil&lt;/td&gt;&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{dom}"
+    );
+    assert!(
+        !dom.contains("<script"),
+        "a script element is in the DOM:\n{dom}"
+    );
+    assert!(
+        !dom.contains("<b>bold</b>"),
+        "markup from a value became an element"
+    );
 
-    for page in ["0.6.11.post1-sm_90-qwen3-30b-a3b.html".to_owned(), format!("{}.html", evil_stem())] {
+    for page in [
+        "0.6.11.post1-sm_90-qwen3-30b-a3b.html".to_owned(),
+        format!("{}.html", evil_stem()),
+    ] {
         let path = out.join("cells").join(&page);
         let dom = chromium(&profile, &["--dump-dom".into(), url(&path)]);
-        assert!(dom.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{page}:\n{dom}");
+        assert!(
+            dom.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{page}:\n{dom}"
+        );
         assert!(!dom.contains("<script"), "{page}: a script element:\n{dom}");
         assert!(!dom.contains("<img"), "{page}: an img element:\n{dom}");
         assert!(!dom.contains("href=\"javascript:"), "{page}");
@@ -726,9 +903,14 @@ fn browser_renders_dashboard_and_shows_hostile_text_as_text() {
                 url(&page),
             ],
         );
-        let bytes = std::fs::read(&png).unwrap_or_else(|e| panic!("no screenshot {}: {e}", png.display()));
+        let bytes =
+            std::fs::read(&png).unwrap_or_else(|e| panic!("no screenshot {}: {e}", png.display()));
         assert!(bytes.starts_with(b"\x89PNG"), "not a PNG");
-        assert!(bytes.len() > 20_000, "screenshot suspiciously small ({} bytes)", bytes.len());
+        assert!(
+            bytes.len() > 20_000,
+            "screenshot suspiciously small ({} bytes)",
+            bytes.len()
+        );
     }
 }
 
@@ -736,8 +918,18 @@ fn browser_renders_dashboard_and_shows_hostile_text_as_text() {
 fn evil_stem() -> String {
     let ctx_page = {
         let (sandbox, last, tonight_dir) = nightlies();
-        let ctx = build_context(&[last, tonight_dir], &sandbox.path().join("o"), &ReportOptions::default()).unwrap();
-        ctx.cells.iter().find(|c| c.id == EVIL_ID).unwrap().page.clone()
+        let ctx = build_context(
+            &[last, tonight_dir],
+            &sandbox.path().join("o"),
+            &ReportOptions::default(),
+        )
+        .expect("build context");
+        ctx.cells
+            .iter()
+            .find(|c| c.id == EVIL_ID)
+            .expect("the hostile cell")
+            .page
+            .clone()
     };
     ctx_page
         .trim_start_matches("cells/")
