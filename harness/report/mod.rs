@@ -5,7 +5,7 @@
 //! - `layout`: which axes become rows, columns and separate tables.
 //! - `markdown`, `csv`, `json`, `junit`, `html`, `plots`: the formats; they only lay out.
 //! - `repro`, `logs`, `text`: reproducer commands, log excerpts, escaping and naming rules.
-//! - [`render`]: everything above, into a report folder.
+//! - [`render()`]: everything above, into a report folder.
 
 mod context;
 mod csv;

@@ -251,7 +251,7 @@ fn heatmap(title: &str, ctx: &ReportContext, index: usize) -> Result<String, Str
         .map(|c| width(c, FONT))
         .max()
         .unwrap_or(0)
-        .max(190)
+        .max(200)
         + 12;
     let top = 56;
     let w = (label_w + cell_w * cols.len() as u32 + 16).max(320);
@@ -320,7 +320,7 @@ fn heatmap(title: &str, ctx: &ReportContext, index: usize) -> Result<String, Str
                     RGBColor(0xbb, 0xbb, 0xbb).stroke_width(1),
                 ))
                 .map_err(err)?;
-                let max = ((cell_w - 8) * 10 / (FONT * 6)) as usize;
+                let max = ((cell_w - 8) * 100 / (FONT * 55)) as usize;
                 root.draw(&Text::new(
                     cut(&label, max),
                     (x0 + cell_w as i32 / 2, y0 + ROW as i32 / 2),

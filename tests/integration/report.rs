@@ -882,8 +882,10 @@ fn browser_renders_dashboard_and_shows_hostile_text_as_text() {
         assert!(!dom.contains("href=\"javascript:"), "{page}");
     }
 
+    // Screenshots and a copy of the report stay under the target folder, to look at.
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-browser");
-    std::fs::create_dir_all(&shots).unwrap();
+    let _ = std::fs::remove_dir_all(&shots);
+    copy_dir(&out, &shots.join("report"));
     for (name, page, size) in [
         ("index.png", out.join("index.html"), "1400,900"),
         ("index-full.png", out.join("index.html"), "1400,4200"),
@@ -935,4 +937,17 @@ fn evil_stem() -> String {
         .trim_start_matches("cells/")
         .trim_end_matches(".html")
         .to_owned()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create folder");
+    for entry in std::fs::read_dir(from).expect("read folder") {
+        let entry = entry.expect("folder entry");
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy file");
+        }
+    }
 }
