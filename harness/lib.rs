@@ -7,14 +7,26 @@
 //!   besides reading the file.
 //! - [`diag`]: renders problems in files as `--> file:line:col` with a caret.
 //! - [`signature`]: the root-cause taxonomy shared by everything below.
-//! - [`record`]: one line of `results.jsonl`, the stable output format.
+//! - [`record`]: one line of `results.jsonl`, the stable output format, and the run manifest.
+//! - [`inventory`]: the host's GPUs (declared or from `nvidia-smi`) and arch matching.
+//! - [`schedule`]: which cell runs next on which GPUs, for live runs and `plan --simulate`.
+//! - [`exec`]: the only module that starts processes (process groups, bounded logs, teardown,
+//!   the reaper).
+//! - [`watchdog`]: progress (output, CPU, GPU) and the no-progress verdict.
+//! - [`provision`]: environments with a cell's pins, installed once per pin set.
+//! - [`engines`]: how a server engine is launched, told ready and asked.
+//! - [`run`]: `gpucompat run`: the dispatcher, one cell's lifecycle, the run folder.
 //! - [`classify`]: names a failed cell's root cause from its log, exit status and watchdog verdict
 //!   (built-in rules in `classify/rules.toml`, plus a matrix file's `[[rules]]`).
+//! - [`report`]: compatibility tables (Markdown, CSV, JSON, JUnit), the static HTML dashboard and
+//!   SVG plots from run folders, with history across nightlies; one serializable view model.
+//! - [`compare`]: a baseline run against a candidate, cell by cell, in one exhaustive rule table.
 //! - [`cli`]: the command line; each subcommand is a thin wrapper over the modules above.
 //! - [`errors`]: exit codes and the error type the command line prints.
 
 pub mod classify;
 pub mod cli;
+pub mod compare;
 pub mod diag;
 pub mod engines;
 pub mod errors;
@@ -23,6 +35,7 @@ pub mod inventory;
 pub mod matrix;
 pub mod provision;
 pub mod record;
+pub mod report;
 pub mod run;
 pub mod schedule;
 pub mod signature;

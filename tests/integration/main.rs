@@ -4,3 +4,4 @@ mod util;
 
 mod classify;
 mod matrix;
+mod report;

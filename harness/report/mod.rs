@@ -1,0 +1,36 @@
+//! Reports: compatibility tables, a static dashboard and plots from run folders.
+//!
+//! - [`load`](load_runs): run folders in, ordered by start time (the newest is tonight).
+//! - `context`: the serializable view model every format shows (snapshot-tested).
+//! - `layout`: which axes become rows, columns and separate tables.
+//! - `markdown`, `csv`, `json`, `junit`, `html`, `plots`: the formats; they only lay out.
+//! - `repro`, `logs`, `text`: reproducer commands, log excerpts, escaping and naming rules.
+//! - [`render()`]: everything above, into a report folder.
+
+mod context;
+mod csv;
+mod error;
+mod html;
+mod json;
+mod junit;
+mod layout;
+mod load;
+mod logs;
+mod markdown;
+mod plots;
+mod render;
+mod repro;
+mod text;
+
+pub use context::{
+    AxisValue, CellBadge, CellEntry, CellHistory, CellLink, ChangeRow, Changes, Counts, LogRef,
+    NewFingerprint, PivotRow, PivotTable, RecentChange, ReportContext, ReportOptions, RunView,
+    StateChange, StateView,
+};
+pub use error::ReportError;
+pub use layout::{Axis, AxisKind, Layout};
+pub use load::{LoadedRun, PlanCell, PlanInfo, load_run, load_runs};
+pub use logs::{Excerpt, ExcerptLine};
+pub use plots::{BarSeries, Chart, PlotSpec};
+pub use render::{ReportSummary, build_context, render, render_loaded};
+pub use repro::Reproducer;

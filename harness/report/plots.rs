@@ -1,0 +1,453 @@
+//! SVG plots with plotters' SVG backend (no fonts needed): a status heatmap per table, and timing
+//! bars (JIT and time to ready per version, tokens/s per backend), one bar per GPU arch, so a
+//! backend that is slower on one arch shows at a glance.
+//!
+//! [`specs`] decides what to plot from the view model (and is snapshot-tested with it); [`draw`]
+//! only draws. Heatmap cells carry the status symbol and signature, not only a color.
+
+use super::context::{CellEntry, ReportContext};
+use super::text::{self, one_line};
+use crate::record::{Metrics, Status};
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use serde::Serialize;
+
+/// One plot: its file under the report folder and what it shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlotSpec {
+    /// Relative to the report folder (`plots/heatmap-1.svg`).
+    pub file: String,
+    pub title: String,
+    pub chart: Chart,
+}
+
+/// What a plot draws.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Chart {
+    /// The statuses of `tables[table]`.
+    Heatmap { table: usize },
+    /// Grouped bars: one group per `groups` value, one bar per series; means over cells.
+    Bars {
+        x_axis: String,
+        series_axis: String,
+        unit: String,
+        groups: Vec<String>,
+        series: Vec<BarSeries>,
+    },
+}
+
+/// One series of a bar chart; `values[i]` belongs to group `i` (`None`: no cell measured it).
+#[derive(Debug, Clone, Serialize)]
+pub struct BarSeries {
+    pub name: String,
+    pub values: Vec<Option<f64>>,
+}
+
+/// Reads one metric of a cell.
+type Metric = fn(&Metrics) -> Option<f64>;
+
+/// The plots the report has data for.
+pub(crate) fn specs(ctx: &ReportContext) -> Vec<PlotSpec> {
+    let mut specs = Vec::new();
+    for (i, table) in ctx.tables.iter().enumerate() {
+        if table.counts.total > 0 {
+            specs.push(PlotSpec {
+                file: format!("plots/heatmap-{}.svg", i + 1),
+                title: format!("Status: {}", table.title),
+                chart: Chart::Heatmap { table: i },
+            });
+        }
+    }
+    let rows = ctx.layout.rows.as_deref();
+    let backend = ctx
+        .axes
+        .iter()
+        .find(|a| a.name.to_ascii_lowercase().contains("backend"))
+        .or_else(|| {
+            ctx.axes
+                .iter()
+                .find(|a| a.name.eq_ignore_ascii_case("engine"))
+        })
+        .map(|a| a.name.as_str())
+        .or(rows);
+    let wanted: [(&str, &str, Option<&str>, Metric, &str); 3] = [
+        (
+            "plots/jit.svg",
+            "JIT compile time",
+            rows,
+            |m| m.jit_s,
+            "seconds",
+        ),
+        (
+            "plots/ready.svg",
+            "Time to ready",
+            rows,
+            |m| m.time_to_ready_s,
+            "seconds",
+        ),
+        (
+            "plots/tokens.svg",
+            "Throughput",
+            backend,
+            |m| m.tokens_per_s,
+            "tokens/s",
+        ),
+    ];
+    for (file, title, x_axis, metric, unit) in wanted {
+        if let Some(chart) = bars(ctx, x_axis, metric, unit) {
+            let by = match &chart {
+                Chart::Bars {
+                    x_axis,
+                    series_axis,
+                    ..
+                } => format!(" per {x_axis}, by {series_axis}"),
+                Chart::Heatmap { .. } => String::new(),
+            };
+            specs.push(PlotSpec {
+                file: file.to_owned(),
+                title: format!("{title}{by} ({unit}, mean)"),
+                chart,
+            });
+        }
+    }
+    specs
+}
+
+fn value<'a>(cell: &'a CellEntry, axis: &str) -> &'a str {
+    cell.values
+        .iter()
+        .find(|v| v.axis == axis)
+        .map_or("", |v| v.value.as_str())
+}
+
+fn bars(ctx: &ReportContext, x_axis: Option<&str>, metric: Metric, unit: &str) -> Option<Chart> {
+    let series_axis = ctx.layout.cols.as_deref().filter(|c| Some(*c) != x_axis);
+    let values_of = |axis: Option<&str>, fallback: &str| -> Vec<String> {
+        match axis.and_then(|a| ctx.axes.iter().find(|x| x.name == a)) {
+            Some(axis) => axis.values.clone(),
+            None => vec![fallback.to_owned()],
+        }
+    };
+    let groups = values_of(x_axis, "all cells");
+    let series_names = values_of(series_axis, "all");
+    let mut sums = vec![vec![(0.0f64, 0usize); groups.len()]; series_names.len()];
+    for cell in &ctx.cells {
+        let Some(v) = metric(&cell.metrics).filter(|v| v.is_finite()) else {
+            continue;
+        };
+        let g = x_axis.map_or(Some(0), |a| groups.iter().position(|x| x == value(cell, a)));
+        let s = series_axis.map_or(Some(0), |a| {
+            series_names.iter().position(|x| x == value(cell, a))
+        });
+        if let (Some(g), Some(s)) = (g, s) {
+            sums[s][g].0 += v;
+            sums[s][g].1 += 1;
+        }
+    }
+    let keep_groups: Vec<usize> = (0..groups.len())
+        .filter(|g| sums.iter().any(|s| s[*g].1 > 0))
+        .collect();
+    if keep_groups.is_empty() {
+        return None;
+    }
+    let series: Vec<BarSeries> = sums
+        .iter()
+        .zip(&series_names)
+        .filter(|(s, _)| s.iter().any(|(_, n)| *n > 0))
+        .map(|(s, name)| BarSeries {
+            name: name.clone(),
+            values: keep_groups
+                .iter()
+                .map(|g| {
+                    let (sum, n) = s[*g];
+                    (n > 0).then(|| (sum / n as f64 * 1000.0).round() / 1000.0)
+                })
+                .collect(),
+        })
+        .collect();
+    Some(Chart::Bars {
+        x_axis: x_axis.unwrap_or("all cells").to_owned(),
+        series_axis: series_axis.unwrap_or("all").to_owned(),
+        unit: unit.to_owned(),
+        groups: keep_groups.iter().map(|g| groups[*g].clone()).collect(),
+        series,
+    })
+}
+
+/// Background of a status in a heatmap (the symbol and label say the same in text).
+pub(crate) fn status_color(status: Status) -> RGBColor {
+    match status {
+        Status::Pass => RGBColor(0xc8, 0xe6, 0xc9),
+        Status::Fail => RGBColor(0xff, 0xcd, 0xd2),
+        Status::Flaky => RGBColor(0xff, 0xf1, 0xb8),
+        Status::Xfail => RGBColor(0xe0, 0xe0, 0xe0),
+        Status::Xpass => RGBColor(0xbb, 0xde, 0xfb),
+        Status::Skip => RGBColor(0xf7, 0xf7, 0xf7),
+        Status::Error => RGBColor(0xff, 0xe0, 0xb2),
+    }
+}
+
+const SERIES_COLORS: [RGBColor; 8] = [
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0xe3, 0x77, 0xc2),
+    RGBColor(0x7f, 0x7f, 0x7f),
+];
+
+/// Approximate width of `text` at `size` px in a sans-serif font.
+fn width(text: &str, size: u32) -> u32 {
+    (text.chars().count() as u32 * size * 6).div_ceil(10)
+}
+
+fn cut(text: &str, max_chars: usize) -> String {
+    let text = one_line(text);
+    if text.chars().count() <= max_chars {
+        text
+    } else {
+        let mut short: String = text.chars().take(max_chars.saturating_sub(1)).collect();
+        short.push('…');
+        short
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Draws one plot as SVG text.
+pub(crate) fn draw(spec: &PlotSpec, ctx: &ReportContext) -> Result<String, String> {
+    match &spec.chart {
+        Chart::Heatmap { table } => heatmap(&spec.title, ctx, *table),
+        Chart::Bars {
+            x_axis,
+            unit,
+            groups,
+            series,
+            ..
+        } => bar_chart(&spec.title, x_axis, unit, groups, series),
+    }
+}
+
+fn heatmap(title: &str, ctx: &ReportContext, index: usize) -> Result<String, String> {
+    let table = ctx.tables.get(index).ok_or("no such table")?;
+    const FONT: u32 = 12;
+    const ROW: u32 = 24;
+    let cols: Vec<String> = table.columns.iter().map(|c| cut(c, 24)).collect();
+    let rows: Vec<String> = table.rows.iter().map(|r| cut(&r.label, 28)).collect();
+    let label_w = rows
+        .iter()
+        .map(|r| width(r, FONT))
+        .max()
+        .unwrap_or(0)
+        .max(width(&table.corner, FONT).min(200))
+        + 16;
+    let cell_w = cols
+        .iter()
+        .map(|c| width(c, FONT))
+        .max()
+        .unwrap_or(0)
+        .max(200)
+        + 12;
+    let top = 56;
+    let w = (label_w + cell_w * cols.len() as u32 + 16).max(320);
+    let h = top + ROW * rows.len() as u32 + 16;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let font = |size: u32| ("sans-serif", size).into_font();
+        let left = TextStyle::from(font(FONT)).pos(Pos::new(HPos::Left, VPos::Center));
+        let center = TextStyle::from(font(FONT)).pos(Pos::new(HPos::Center, VPos::Center));
+        root.draw(&Text::new(
+            cut(title, 90),
+            (8, 14),
+            TextStyle::from(font(15)).pos(Pos::new(HPos::Left, VPos::Center)),
+        ))
+        .map_err(err)?;
+        root.draw(&Text::new(
+            cut(&table.corner, 30),
+            (8, top as i32 - 12),
+            left.clone(),
+        ))
+        .map_err(err)?;
+        for (c, name) in cols.iter().enumerate() {
+            let x = (label_w + cell_w * c as u32 + cell_w / 2) as i32;
+            root.draw(&Text::new(
+                name.clone(),
+                (x, top as i32 - 12),
+                center.clone(),
+            ))
+            .map_err(err)?;
+        }
+        for (r, row) in table.rows.iter().enumerate() {
+            let y0 = (top + ROW * r as u32) as i32;
+            root.draw(&Text::new(
+                rows[r].clone(),
+                (8, y0 + ROW as i32 / 2),
+                left.clone(),
+            ))
+            .map_err(err)?;
+            for (c, badges) in row.cells.iter().enumerate() {
+                let x0 = (label_w + cell_w * c as u32) as i32;
+                let rect = [
+                    (x0 + 1, y0 + 1),
+                    (x0 + cell_w as i32 - 1, y0 + ROW as i32 - 1),
+                ];
+                let (fill, label) = match badges.as_slice() {
+                    [] => (RGBColor(0xff, 0xff, 0xff), "—".to_owned()),
+                    [one] => (
+                        status_color(one.status),
+                        format!("{} {}", one.symbol, one.label),
+                    ),
+                    [first, ..] => (
+                        status_color(first.status),
+                        badges
+                            .iter()
+                            .map(|b| b.symbol)
+                            .collect::<Vec<_>>()
+                            .join(" "),
+                    ),
+                };
+                root.draw(&Rectangle::new(rect, fill.filled()))
+                    .map_err(err)?;
+                root.draw(&Rectangle::new(
+                    rect,
+                    RGBColor(0xbb, 0xbb, 0xbb).stroke_width(1),
+                ))
+                .map_err(err)?;
+                let max = ((cell_w - 8) * 100 / (FONT * 55)) as usize;
+                root.draw(&Text::new(
+                    cut(&label, max),
+                    (x0 + cell_w as i32 / 2, y0 + ROW as i32 / 2),
+                    center.clone(),
+                ))
+                .map_err(err)?;
+            }
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+fn bar_chart(
+    title: &str,
+    x_axis: &str,
+    unit: &str,
+    groups: &[String],
+    series: &[BarSeries],
+) -> Result<String, String> {
+    let max = series
+        .iter()
+        .flat_map(|s| s.values.iter().flatten())
+        .fold(0.0f64, |a, b| a.max(*b));
+    // Headroom above the tallest bar for the value labels and the legend box.
+    let headroom = 1.25 + 0.07 * series.len() as f64;
+    let top = if max > 0.0 { max * headroom } else { 1.0 };
+    let n = groups.len().max(1);
+    let w = (160 + n as u32 * (40 + 28 * series.len() as u32)).clamp(480, 1600);
+    let h = 380;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(cut(title, 100), ("sans-serif", 15))
+            .margin(12)
+            .x_label_area_size(48)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0f64..n as f64, 0f64..top)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .x_desc(one_line(x_axis))
+            .y_desc(unit)
+            .draw()
+            .map_err(err)?;
+        let slots = series.len().max(1) as f64;
+        let bar = 0.8 / slots;
+        for (si, s) in series.iter().enumerate() {
+            let color = SERIES_COLORS[si % SERIES_COLORS.len()];
+            chart
+                .draw_series(s.values.iter().enumerate().filter_map(|(g, v)| {
+                    let v = (*v)?;
+                    let x0 = g as f64 + 0.1 + bar * si as f64;
+                    Some(Rectangle::new(
+                        [(x0, 0.0), (x0 + bar * 0.92, v)],
+                        color.filled(),
+                    ))
+                }))
+                .map_err(err)?
+                .label(cut(&s.name, 24))
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
+                });
+            // The value on top of each bar: readable without telling colors apart.
+            chart
+                .draw_series(s.values.iter().enumerate().filter_map(|(g, v)| {
+                    let v = (*v)?;
+                    let x = g as f64 + 0.1 + bar * (si as f64 + 0.46);
+                    Some(Text::new(
+                        format_value(v),
+                        (x, v),
+                        TextStyle::from(("sans-serif", 10).into_font())
+                            .pos(Pos::new(HPos::Center, VPos::Bottom)),
+                    ))
+                }))
+                .map_err(err)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
+        for (g, name) in groups.iter().enumerate() {
+            let (x, y) = chart.backend_coord(&(g as f64 + 0.5, 0.0));
+            root.draw(&Text::new(
+                cut(name, 28),
+                (x, y + 8),
+                TextStyle::from(("sans-serif", 12).into_font())
+                    .pos(Pos::new(HPos::Center, VPos::Top)),
+            ))
+            .map_err(err)?;
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+/// A bar's value as its label: `12.3`, `172`, `0.045`.
+pub(crate) fn format_value(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// Words for a plot's alt text.
+pub(crate) fn alt(spec: &PlotSpec) -> String {
+    match &spec.chart {
+        Chart::Heatmap { .. } => format!("{} (the table above, as colors and symbols)", spec.title),
+        Chart::Bars { .. } => format!("{} (values in the table below)", spec.title),
+    }
+}
+
+/// Used in HTML: a status word for legends next to plots.
+pub(crate) fn legend_text() -> String {
+    text::STATUSES
+        .iter()
+        .map(|s| format!("{} {}", text::symbol(*s), text::word(*s)))
+        .collect::<Vec<_>>()
+        .join(" · ")
+}

@@ -1,0 +1,953 @@
+//! `report` and `compare` on run folders written by hand (no cell is run): two nightlies of a
+//! small FlashInfer x GPU x model matrix, with hostile text in a log, an excerpt, values and ids.
+
+use crate::util::{Sandbox, gpucompat};
+use gpucompat::record::{
+    CellRecord, Exit, ExpectationRef, GpuInfo, Manifest, Metrics, Phase, RunState, Runner, Status,
+};
+use gpucompat::report::{ReportOptions, build_context};
+use gpucompat::signature::Signature;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const HOSTILE: &str = "<script>alert(1)</script>";
+const EVIL_ID: &str = "evil</td><script>alert(1)</script>";
+
+const MIXED: &str = "sm_86+sm_89";
+const QWEN: &str = "qwen3-30b-a3b";
+const NEXT: &str = "qwen3-next-80b-a3b";
+
+fn gpu(index: u32, arch: &str) -> GpuInfo {
+    let name = match arch {
+        "sm_86" => "NVIDIA GeForce RTX 3090",
+        "sm_89" => "NVIDIA GeForce RTX 4090",
+        _ => "NVIDIA H100 80GB HBM3",
+    };
+    GpuInfo {
+        index,
+        name: name.to_owned(),
+        arch: arch.to_owned(),
+    }
+}
+
+fn id(fi: &str, gpu: &str, model: &str) -> String {
+    format!("{fi}-{}-{model}", gpu.replace('+', "_"))
+}
+
+/// A record of the nightly matrix; the mixed-arch column carries the `include` keys.
+fn rec(
+    fi: &str,
+    gpu_spec: &str,
+    model: &str,
+    status: Status,
+    sig: Option<Signature>,
+) -> CellRecord {
+    let mut values = serde_json::Map::new();
+    values.insert("flashinfer".into(), json!(fi));
+    values.insert("gpu".into(), json!(gpu_spec));
+    values.insert("model".into(), json!(model));
+    if gpu_spec == MIXED {
+        values.insert("workaround".into(), json!("sm86-first"));
+        values.insert("arch_list".into(), json!("8.6"));
+    }
+    let cell = id(fi, gpu_spec, model);
+    let gpus = if gpu_spec == MIXED {
+        // The workaround: the sm_86 card (index 1) first.
+        vec![gpu(1, "sm_86"), gpu(0, "sm_89")]
+    } else {
+        vec![gpu(2, gpu_spec)]
+    };
+    CellRecord {
+        log: format!("logs/{cell}.log"),
+        id: cell,
+        values,
+        pins: vec![
+            format!("flashinfer-cubin=={fi}"),
+            format!("flashinfer-python=={fi}"),
+        ],
+        status,
+        signature: sig,
+        phase: Some(match status {
+            Status::Pass | Status::Xpass | Status::Flaky => Phase::Teardown,
+            _ => Phase::Ready,
+        }),
+        duration_s: 61.5,
+        attempts: if status == Status::Flaky { 2 } else { 1 },
+        metrics: Metrics::default(),
+        runner: Runner {
+            host: "gpu-a".to_owned(),
+            gpus,
+        },
+        fingerprint: None,
+        line: None,
+        excerpt: None,
+        exit: None,
+        spurious: false,
+        reason: None,
+        expectation: None,
+        started_at: None,
+        leaked: 0,
+        format_version: 1,
+    }
+}
+
+fn metrics(ready: f64, jit: f64, tps: f64) -> Metrics {
+    Metrics {
+        time_to_ready_s: Some(ready),
+        jit_s: Some(jit),
+        ttft_s: Some(0.052),
+        tpot_s: Some(0.011),
+        tokens_per_s: Some(tps),
+        jit_cache_hit: Some(false),
+        provision_s: Some(3.0),
+    }
+}
+
+fn mixed_expectation() -> ExpectationRef {
+    ExpectationRef {
+        signature: Some(Signature::NoKernelImage),
+        link: Some("https://github.com/kvcache-ai/ktransformers/issues/2039".to_owned()),
+        reason: Some("mixed-arch TP: kernels built for GPU 0's arch only".to_owned()),
+    }
+}
+
+/// The log of the regressed cell: a root cause at line 6 among hostile lines.
+const ILLEGAL_LOG: &str = "\
+[gpucompat] cell 0.6.11.post1-sm_90-qwen3-30b-a3b attempt 1
+Loading model qwen3-30b-a3b
+<script>alert(1)</script>
+</td></tr></table><b>not bold</b> &amp; &lt;
+capturing CUDA graphs (piecewise)
+RuntimeError: CUDA error: an illegal memory access was encountered
+\u{1b}[31mCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\u{1b}[0m
+worker exited
+";
+
+/// Last night: what tonight is compared with.
+fn last_night() -> Vec<CellRecord> {
+    let mut out = Vec::new();
+    let mut r = rec("0.6.3", "sm_90", QWEN, Status::Pass, None);
+    r.metrics = metrics(44.0, 30.0, 90.0);
+    out.push(r);
+    let mut r = rec(
+        "0.6.3",
+        MIXED,
+        QWEN,
+        Status::Xfail,
+        Some(Signature::NoKernelImage),
+    );
+    r.expectation = Some(mixed_expectation());
+    r.fingerprint = Some("no kernel image is available for execution on the device".into());
+    out.push(r);
+    let mut r = rec("0.6.11.post1", "sm_90", QWEN, Status::Pass, None);
+    r.metrics = metrics(40.0, 25.0, 101.0);
+    out.push(r);
+    let mut r = rec(
+        "0.6.11.post1",
+        MIXED,
+        QWEN,
+        Status::Xfail,
+        Some(Signature::NoKernelImage),
+    );
+    r.expectation = Some(mixed_expectation());
+    r.fingerprint = Some("no kernel image is available for execution on the device".into());
+    out.push(r);
+    out.push(rec("0.6.3", "sm_90", NEXT, Status::Pass, None));
+    let mut r = rec("0.6.3", MIXED, NEXT, Status::Skip, None);
+    r.reason = Some("no GPU of this host can serve sm_86+sm_89".into());
+    out.push(r);
+    let mut r = rec(
+        "0.6.11.post1",
+        "sm_90",
+        NEXT,
+        Status::Fail,
+        Some(Signature::Oom),
+    );
+    r.fingerprint = Some("CUDA out of memory. Tried to allocate <N> GiB".into());
+    out.push(r);
+    let mut r = rec(
+        "0.6.11.post1",
+        MIXED,
+        NEXT,
+        Status::Fail,
+        Some(Signature::Deadlock),
+    );
+    r.fingerprint = Some("no progress for 300s".into());
+    out.push(r);
+    // Dropped from tonight's matrix.
+    out.push(rec("0.6.8.post1", "sm_90", QWEN, Status::Pass, None));
+    out
+}
+
+/// Tonight: one of each status, a regression, a fix (xpass), hostile text.
+fn tonight() -> Vec<CellRecord> {
+    let mut out = Vec::new();
+    let mut r = rec("0.6.3", "sm_90", QWEN, Status::Pass, None);
+    r.metrics = metrics(42.0, 31.5, 92.0);
+    out.push(r);
+    let mut r = rec(
+        "0.6.3",
+        MIXED,
+        QWEN,
+        Status::Xfail,
+        Some(Signature::NoKernelImage),
+    );
+    r.expectation = Some(mixed_expectation());
+    r.fingerprint = Some("no kernel image is available for execution on the device".into());
+    r.excerpt = Some("torch.AcceleratorError: CUDA error: no kernel image is available".into());
+    r.metrics = metrics(80.0, 70.0, 0.0);
+    r.metrics.tokens_per_s = None;
+    out.push(r);
+    let mut r = rec(
+        "0.6.11.post1",
+        "sm_90",
+        QWEN,
+        Status::Fail,
+        Some(Signature::IllegalAddress),
+    );
+    r.fingerprint = Some("CUDA error: an illegal memory access was encountered".into());
+    r.line = Some(6);
+    r.exit = Some(Exit {
+        code: Some(1),
+        signal: None,
+    });
+    r.metrics = metrics(38.0, 24.0, 0.0);
+    r.metrics.tokens_per_s = None;
+    out.push(r);
+    let mut r = rec("0.6.11.post1", MIXED, QWEN, Status::Xpass, None);
+    r.expectation = Some(mixed_expectation());
+    r.metrics = metrics(95.0, 82.0, 48.0);
+    out.push(r);
+    let mut r = rec(
+        "0.6.3",
+        "sm_90",
+        NEXT,
+        Status::Flaky,
+        Some(Signature::CollectiveTimeout),
+    );
+    r.reason = Some("failed 1 time before passing".into());
+    r.metrics = metrics(120.0, 60.0, 55.0);
+    out.push(r);
+    let mut r = rec("0.6.3", MIXED, NEXT, Status::Skip, None);
+    r.reason = Some("no GPU of this host can serve sm_86+sm_89".into());
+    r.phase = None;
+    out.push(r);
+    let mut r = rec(
+        "0.6.11.post1",
+        "sm_90",
+        NEXT,
+        Status::Error,
+        Some(Signature::DependencyError),
+    );
+    r.spurious = true;
+    r.phase = Some(Phase::Provision);
+    r.reason = Some("infrastructure fault (dependency_error): says nothing about the cell".into());
+    out.push(r);
+    let mut r = rec(
+        "0.6.11.post1",
+        MIXED,
+        NEXT,
+        Status::Fail,
+        Some(Signature::Deadlock),
+    );
+    r.fingerprint = Some("no progress for 300s".into());
+    out.push(r);
+    // A hand-edited record: hostile id, values, excerpt, reason and links; its log path leaves
+    // the run folder.
+    let mut r = rec(
+        "0.6.3",
+        "sm_90",
+        "<b>bold</b>&amp;",
+        Status::Fail,
+        Some(Signature::Unknown),
+    );
+    r.id = EVIL_ID.to_owned();
+    r.log = "../outside.log".to_owned();
+    r.excerpt = Some(format!("{HOSTILE}\n</td></tr></table>\n&amp; done"));
+    r.reason = Some(format!("reason {HOSTILE}"));
+    r.fingerprint = Some("<img src=x onerror=alert(1)>".into());
+    r.expectation = Some(ExpectationRef {
+        signature: Some(Signature::Oom),
+        link: Some("javascript:alert(1)".into()),
+        reason: Some(HOSTILE.into()),
+    });
+    r.pins = vec!["evil==1; rm -rf /".into()];
+    out.push(r);
+    out
+}
+
+fn plan_cell(record: &CellRecord) -> Value {
+    let fi = record.values["flashinfer"].as_str().unwrap_or_default();
+    let model = record.values["model"].as_str().unwrap_or_default();
+    let engine = if model == NEXT {
+        json!({"kind": "sglang", "command": format!(
+            "python -m sglang.launch_server --model-path Qwen/Qwen3-Next-80B-A3B --port {{port}} --tp 2"),
+            "args": "--attention-backend flashinfer"})
+    } else {
+        json!({"kind": "job", "command": format!("sh smoke.sh {fi} '{model}'")})
+    };
+    let env: Vec<Value> = if record.values.contains_key("arch_list") {
+        vec![json!(["TORCH_CUDA_ARCH_LIST", "8.6"])]
+    } else {
+        Vec::new()
+    };
+    json!({"id": record.id, "values": record.values, "gpus": [], "pins": [], "env": env,
+           "engine": engine, "timeout": "30m", "no_progress": "5m", "cache": "warm",
+           "requirements": null, "expectation": null})
+}
+
+/// Writes a run folder: manifest, plan, results (with an earlier record of one cell that the
+/// later one replaces) and logs.
+fn write_run(dir: &Path, started_at: &str, records: &[CellRecord]) {
+    std::fs::create_dir_all(dir.join("logs")).expect("create folder");
+    let manifest = Manifest {
+        format_version: 1,
+        harness_version: "0.1.0".into(),
+        matrix: "matrices/nightly.toml".into(),
+        matrix_hash: "ab".repeat(32),
+        host: "gpu-a".into(),
+        started_at: started_at.into(),
+        finished_at: Some(started_at.replace("T02", "T05")),
+        state: RunState::Finished,
+        cells: records.len(),
+        replay: false,
+        resumes: 0,
+        inventory: "nvidia-smi".into(),
+    };
+    std::fs::write(
+        dir.join("manifest.json"),
+        serde_json::to_string_pretty(&manifest).expect("serialize"),
+    )
+    .expect("write fixture");
+    let plan = json!({
+        "path": "matrices/nightly.toml",
+        "dir": "matrices",
+        "file_hash": "ab".repeat(32),
+        "keys": ["flashinfer", "gpu", "model", "workaround", "arch_list"],
+        "cells": records.iter().map(plan_cell).collect::<Vec<_>>(),
+    });
+    std::fs::write(
+        dir.join("plan.json"),
+        serde_json::to_string_pretty(&plan).expect("serialize"),
+    )
+    .expect("write fixture");
+    let mut lines = String::new();
+    // An earlier record of the first cell (resume): the later line wins.
+    if let Some(first) = records.first() {
+        let mut stale = first.clone();
+        stale.status = Status::Skip;
+        lines.push_str(&serde_json::to_string(&stale).expect("serialize"));
+        lines.push('\n');
+    }
+    for record in records {
+        lines.push_str(&serde_json::to_string(record).expect("serialize"));
+        lines.push('\n');
+        if let Some(rel) = Some(&record.log).filter(|l| !l.contains("..")) {
+            let text = if record.signature == Some(Signature::IllegalAddress) {
+                ILLEGAL_LOG.to_owned()
+            } else {
+                format!(
+                    "[gpucompat] cell {}\nstarting\n{}\n",
+                    record.id,
+                    if record.status == Status::Pass {
+                        "ok"
+                    } else {
+                        "failed"
+                    }
+                )
+            };
+            std::fs::write(dir.join(rel), text).expect("write fixture");
+        }
+    }
+    std::fs::write(dir.join("results.jsonl"), lines).expect("write fixture");
+}
+
+/// Two nightlies in a sandbox: (sandbox, last night, tonight).
+fn nightlies() -> (Sandbox, PathBuf, PathBuf) {
+    let sandbox = Sandbox::new();
+    let last = sandbox.path().join("runs/2026-11-20");
+    let tonight_dir = sandbox.path().join("runs/2026-11-21");
+    write_run(&last, "2026-11-20T02:00:00Z", &last_night());
+    write_run(&tonight_dir, "2026-11-21T02:00:00Z", &tonight());
+    (sandbox, last, tonight_dir)
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+#[test]
+fn context_snapshot() {
+    let (sandbox, last, tonight_dir) = nightlies();
+    let out = sandbox.path().join("report");
+    // Given newest first: the report orders by `started_at`.
+    let mut ctx = build_context(&[tonight_dir, last], &out, &ReportOptions::default()).unwrap();
+    ctx.harness_version = "[VERSION]";
+    let temp = sandbox.path().display().to_string();
+    insta::with_settings!({filters => vec![(temp.as_str(), "[TEMP]")]}, {
+        insta::assert_json_snapshot!("nightly_context", ctx);
+    });
+}
+
+#[test]
+fn context_of_a_single_run_with_few_records() {
+    let sandbox = Sandbox::new();
+    let dir = sandbox.path().join("run");
+    std::fs::create_dir_all(&dir).unwrap();
+    // No manifest, no plan, one record, no log file.
+    let mut r = rec("0.6.3", "sm_90", QWEN, Status::Pass, None);
+    r.values.remove("model");
+    std::fs::write(
+        dir.join("results.jsonl"),
+        serde_json::to_string(&r).unwrap() + "\n{\"id\": \"cut short",
+    )
+    .unwrap();
+    let mut ctx =
+        build_context(std::slice::from_ref(&dir), &dir, &ReportOptions::default()).unwrap();
+    ctx.harness_version = "[VERSION]";
+    let temp = sandbox.path().display().to_string();
+    insta::with_settings!({filters => vec![(temp.as_str(), "[TEMP]")]}, {
+        insta::assert_json_snapshot!("single_run_context", ctx);
+    });
+}
+
+fn report(runs: &[&Path], out: &Path, extra: &[&str]) -> std::process::Output {
+    gpucompat()
+        .arg("report")
+        .args(runs)
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .output()
+        .expect("run gpucompat")
+}
+
+#[test]
+fn report_writes_every_format() {
+    let (sandbox, last, tonight_dir) = nightlies();
+    let out = sandbox.path().join("report");
+    let output = report(&[&last, &tonight_dir], &out, &[]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("1 regression since the previous run"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("leaves the run folder"), "{stderr}");
+    for file in [
+        "index.html",
+        "compat.md",
+        "compat.csv",
+        "compat.json",
+        "junit.xml",
+        "plots/heatmap-1.svg",
+        "plots/heatmap-2.svg",
+        "plots/heatmap-3.svg",
+        "plots/jit.svg",
+        "plots/ready.svg",
+        "plots/tokens.svg",
+        "cells/0.6.11.post1-sm_90-qwen3-30b-a3b.html",
+        "logs/0.6.11.post1-sm_90-qwen3-30b-a3b.log",
+    ] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+    let pages = std::fs::read_dir(out.join("cells")).unwrap().count();
+    assert_eq!(pages, tonight().len());
+
+    // Markdown: versions x GPU archs, one table per model; signatures, links, xpass note.
+    let md = read(&out.join("compat.md"));
+    assert!(md.contains("## model = qwen3-30b-a3b\n"), "{md}");
+    assert!(
+        md.contains("| flashinfer ↓ gpu → | sm_90 | sm_86+sm_89 |\n|---|---|---|\n"),
+        "{md}"
+    );
+    assert!(
+        md.contains(
+            "| **0.6.3** | ✓ pass | ⊘ xfail no_kernel_image [upstream](https://github.com/kvcache-ai/ktransformers/issues/2039) |"
+        ),
+        "{md}"
+    );
+    assert!(
+        md.contains(
+            "| **0.6.11.post1** | ✗ illegal_address **(regressed)** | ! XPASS [upstream](https://github.com/kvcache-ai/ktransformers/issues/2039): remove the workaround or exclusion (fixed) |"
+        ),
+        "{md}"
+    );
+    assert!(md.contains("## model = \\<b\\>bold\\</b\\>\\&amp;"), "{md}");
+    assert!(!md.contains("<script>") && !md.contains("<b>"), "{md}");
+    assert!(!md.contains("javascript:"), "{md}");
+    assert!(md.contains("Since `2026-11-20`: 1 regressed"), "{md}");
+
+    // CSV: one row per cell, every axis a column.
+    let mut csv = csv::Reader::from_path(out.join("compat.csv")).unwrap();
+    let header = csv.headers().unwrap().clone();
+    assert_eq!(
+        &header.iter().take(6).collect::<Vec<_>>(),
+        &[
+            "id",
+            "flashinfer",
+            "gpu",
+            "model",
+            "workaround",
+            "arch_list"
+        ]
+    );
+    let rows: Vec<csv::StringRecord> = csv.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), tonight().len());
+    let evil = rows.iter().find(|r| &r[0] == EVIL_ID).expect("evil row");
+    assert_eq!(&evil[3], "<b>bold</b>&amp;");
+
+    // JSON: the view model.
+    let json: Value = serde_json::from_str(&read(&out.join("compat.json"))).unwrap();
+    assert_eq!(json["counts"]["total"], 9);
+    assert_eq!(json["changes"]["regressions"], 1);
+
+    // JUnit: one test case per cell, escaped.
+    let junit = read(&out.join("junit.xml"));
+    assert_eq!(junit.matches("<testcase ").count(), tonight().len());
+    assert!(junit.contains("type=\"illegal_address\""), "{junit}");
+    assert!(junit.contains("<failure message=\"XPASS: "), "{junit}");
+    assert!(junit.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(!junit.contains("<script>") && !junit.contains('\u{1b}'));
+
+    // HTML: escaped, offline.
+    let index = read(&out.join("index.html"));
+    assert!(!index.contains("<script"), "a script element in index.html");
+    assert!(index.contains("evil&lt;/td&gt;&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(!index.contains("href=\"javascript:"));
+    for attr in ["src=\"http", "href=\"//", "src=\"//", "url(http", "@import"] {
+        assert!(
+            !index.contains(attr),
+            "external fetch `{attr}` in index.html"
+        );
+    }
+    let page = read(&out.join("cells/0.6.11.post1-sm_90-qwen3-30b-a3b.html"));
+    assert!(
+        page.contains(
+            "<mark>RuntimeError: CUDA error: an illegal memory access was encountered</mark>"
+        ),
+        "{page}"
+    );
+    assert!(page.contains(
+        "&lt;/td&gt;&lt;/tr&gt;&lt;/table&gt;&lt;b&gt;not bold&lt;/b&gt; &amp;amp; &amp;lt;"
+    ));
+    assert!(!page.contains("<script") && !page.contains('\u{1b}'));
+    assert!(page.contains("CUDA_VISIBLE_DEVICES=2"), "{page}");
+}
+
+#[test]
+fn reproducer_has_pins_env_gpu_order_and_quoted_command() {
+    let (sandbox, last, tonight_dir) = nightlies();
+    let ctx = build_context(
+        &[last, tonight_dir],
+        &sandbox.path().join("out"),
+        &ReportOptions::default(),
+    )
+    .unwrap();
+    let cell = ctx
+        .cells
+        .iter()
+        .find(|c| c.id == id("0.6.3", MIXED, QWEN))
+        .unwrap();
+    let script = &cell.reproducer.script;
+    assert!(
+        script.contains("python -m pip install flashinfer-cubin==0.6.3 flashinfer-python==0.6.3"),
+        "{script}"
+    );
+    assert!(
+        script.contains("cd matrices && env \\\n  CUDA_VISIBLE_DEVICES=1,0 \\\n"),
+        "{script}"
+    );
+    assert!(
+        script.contains("  TORCH_CUDA_ARCH_LIST=8.6 \\\n"),
+        "{script}"
+    );
+    assert!(
+        script.contains("  sh -c 'sh smoke.sh 0.6.3 '\\''qwen3-30b-a3b'\\'''"),
+        "{script}"
+    );
+    assert!(
+        script.contains(
+            "gpucompat run matrices/nightly.toml --cell 0.6.3-sm_86_sm_89-qwen3-30b-a3b --out runs/repro-0.6.3-sm_86_sm_89-qwen3-30b-a3b"
+        ),
+        "{script}"
+    );
+    // The reproducer runs: the quoted command is what `sh -c` gets.
+    let server = ctx
+        .cells
+        .iter()
+        .find(|c| c.id == id("0.6.3", "sm_90", NEXT))
+        .unwrap();
+    let command = server.reproducer.command.as_deref().unwrap();
+    assert!(
+        command.contains("--port 30000 --tp 2 --attention-backend flashinfer"),
+        "{command}"
+    );
+    assert!(command.contains("GPUCOMPAT_PORT=30000"), "{command}");
+    let evil = ctx.cells.iter().find(|c| c.id == EVIL_ID).unwrap();
+    assert!(
+        evil.reproducer
+            .script
+            .contains("pip install 'evil==1; rm -rf /'"),
+        "{}",
+        evil.reproducer.script
+    );
+    // Quoting survives a real shell: echo the env words back.
+    let echo = cell
+        .reproducer
+        .command
+        .as_deref()
+        .unwrap()
+        .replace("cd matrices && env", "printf '%s\\n'");
+    let out = Command::new("sh").arg("-c").arg(&echo).output().unwrap();
+    let words = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        words
+            .lines()
+            .any(|l| l == "sh smoke.sh 0.6.3 'qwen3-30b-a3b'"),
+        "{words}"
+    );
+    assert!(
+        words
+            .lines()
+            .any(|l| l == "GPUCOMPAT_PINS=flashinfer-cubin==0.6.3 flashinfer-python==0.6.3"),
+        "{words}"
+    );
+}
+
+#[test]
+fn report_pivots_other_axes_and_rejects_unknown_ones() {
+    let (sandbox, last, tonight_dir) = nightlies();
+    let out = sandbox.path().join("report");
+    let output = report(
+        &[&last, &tonight_dir],
+        &out,
+        &["--rows", "model", "--cols", "flashinfer"],
+    );
+    assert_eq!(output.status.code(), Some(0));
+    let md = read(&out.join("compat.md"));
+    assert!(md.contains("## gpu = sm_90\n"), "{md}");
+    assert!(
+        md.contains("| model ↓ flashinfer → | 0.6.3 | 0.6.11.post1 |"),
+        "{md}"
+    );
+
+    let output = report(&[&tonight_dir], &out, &["--rows", "nope"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("`--rows nope`: no such axis"), "{stderr}");
+    assert!(stderr.contains("flashinfer, gpu, model"), "{stderr}");
+
+    let output = report(&[&tonight_dir], &out, &["--rows", "gpu", "--cols", "gpu"]);
+    assert_eq!(output.status.code(), Some(2));
+
+    let output = report(&[&sandbox.path().join("runs")], &out, &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is not a run folder"));
+}
+
+#[test]
+fn report_in_the_run_folder_links_its_logs() {
+    let (_sandbox, last, tonight_dir) = nightlies();
+    let output = report(&[&tonight_dir], &tonight_dir, &[]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(tonight_dir.join("index.html").is_file());
+    let page = read(&tonight_dir.join("cells/0.6.11.post1-sm_90-qwen3-30b-a3b.html"));
+    assert!(page.contains("href=\"../logs/0.6.11.post1-sm_90-qwen3-30b-a3b.log\""));
+    // Nothing copied over the run's own logs: they are still the originals.
+    assert_eq!(
+        read(&tonight_dir.join("logs/0.6.11.post1-sm_90-qwen3-30b-a3b.log")),
+        ILLEGAL_LOG
+    );
+    // The run folder still reads as a run (and renders again).
+    let output = report(&[&tonight_dir], &tonight_dir, &[]);
+    assert_eq!(output.status.code(), Some(0));
+    // Never into another run's folder: its logs would be overwritten.
+    let output = report(&[&last, &tonight_dir], &last, &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("holds another run"));
+}
+
+/// What `run` does at its end: render into its own folder, even with no record yet.
+#[test]
+fn render_in_place_with_no_records() {
+    let sandbox = Sandbox::new();
+    let dir = sandbox.path().join("run");
+    write_run(&dir, "2026-11-21T02:00:00Z", &[]);
+    std::fs::remove_file(dir.join("results.jsonl")).unwrap();
+    let summary =
+        gpucompat::report::render(std::slice::from_ref(&dir), &dir, &ReportOptions::default())
+            .unwrap();
+    assert_eq!(summary.counts.total, 0);
+    assert_eq!(summary.plots, 0);
+    let index = read(&dir.join("index.html"));
+    assert!(index.contains("No cell has a result yet."), "{index}");
+    assert!(read(&dir.join("compat.md")).contains("no cells"));
+}
+
+fn compare(base: &Path, head: &Path, format: &str) -> (Option<i32>, String) {
+    let output = gpucompat()
+        .args(["compare"])
+        .arg(base)
+        .arg(head)
+        .args(["--format", format])
+        .output()
+        .expect("run gpucompat");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn compare_classifies_cells_and_exits_1_on_regressions() {
+    let (sandbox, last, tonight_dir) = nightlies();
+    let (code, table) = compare(&last, &tonight_dir, "table");
+    assert_eq!(code, Some(1), "{table}");
+    let line = |id: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(&format!("{id} ")))
+            .unwrap_or_else(|| panic!("no line for {id} in\n{table}"))
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(line(&id("0.6.11.post1", "sm_90", QWEN)), "regressed");
+    assert_eq!(line(&id("0.6.11.post1", MIXED, QWEN)), "fixed");
+    assert_eq!(line(&id("0.6.3", MIXED, QWEN)), "still_failing_same");
+    assert_eq!(line(&id("0.6.3", "sm_90", NEXT)), "newly_flaky");
+    assert_eq!(line(&id("0.6.11.post1", "sm_90", NEXT)), "spurious");
+    assert_eq!(line(&id("0.6.11.post1", MIXED, NEXT)), "still_failing_same");
+    assert_eq!(line(&id("0.6.3", MIXED, NEXT)), "skipped");
+    assert_eq!(line(&id("0.6.8.post1", "sm_90", QWEN)), "removed");
+    assert!(
+        !table.contains(&format!("{} ", id("0.6.3", "sm_90", QWEN))),
+        "passing cells are not listed"
+    );
+    assert!(table.contains(": 1 regressed, 1 newly flaky, 1 fixed, 2 still failing same, 1 spurious, 1 new, 1 removed, 1 skipped, 1 passing"), "{table}");
+
+    let (code, json) = compare(&last, &tonight_dir, "json");
+    assert_eq!(code, Some(1));
+    let json: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["regressions"], 1);
+    assert_eq!(json["counts"]["regressed"], 1);
+    assert_eq!(json["counts"]["passing"], 1);
+    assert_eq!(json["cells"].as_array().unwrap().len(), 10);
+    assert_eq!(json["cells"][0]["comparison"], "regressed");
+    assert_eq!(json["cells"][0]["base"]["status"], "pass");
+    assert_eq!(json["cells"][0]["head"]["signature"], "illegal_address");
+
+    let (code, md) = compare(&last, &tonight_dir, "md");
+    assert_eq!(code, Some(1));
+    assert!(
+        md.contains(
+            "| 0.6.11.post1-sm_90-qwen3-30b-a3b | **regressed** | pass | fail illegal_address |"
+        ),
+        "{md}"
+    );
+    assert!(md.contains("evil\\</td\\>\\<script\\>"), "{md}");
+
+    // Backwards there is no regression; a run against itself neither.
+    assert_eq!(compare(&tonight_dir, &last, "table").0, Some(0));
+    assert_eq!(compare(&tonight_dir, &tonight_dir, "table").0, Some(0));
+    // Bad input: exit 2.
+    let (code, _) = compare(&last, &sandbox.path().join("missing"), "table");
+    assert_eq!(code, Some(2));
+    let corrupt = sandbox.path().join("corrupt");
+    std::fs::create_dir_all(&corrupt).unwrap();
+    std::fs::write(corrupt.join("results.jsonl"), "not json\n{}\n").unwrap();
+    assert_eq!(compare(&last, &corrupt, "table").0, Some(2));
+}
+
+/// Runs a command with its output going to files (a pipe nobody reads would fill up and stall
+/// it), killing it after `limit`; returns (stdout, stderr).
+fn run_with_limit(command: &mut Command, scratch: &Path, limit: Duration) -> (String, String) {
+    let stdout = scratch.join("stdout");
+    let stderr = scratch.join("stderr");
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout).expect("create output file"))
+        .stderr(std::fs::File::create(&stderr).expect("create output file"))
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start `chromium` ({e}). The dashboard test needs a real headless browser: \
+                 install Debian's `chromium` package (`apt-get install -y chromium`; `.ci/run` does this)."
+            )
+        });
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("poll chromium").is_some() {
+            break;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "chromium did not finish within {limit:?}: {}",
+                read(&stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (read(&stdout), read(&stderr))
+}
+
+fn chromium(profile: &Path, args: &[String]) -> String {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("chromium").is_file()))
+        .unwrap_or(false);
+    assert!(
+        found,
+        "`chromium` is not on PATH. The dashboard test needs a real headless browser: install \
+         Debian's `chromium` package (`apt-get install -y chromium`; `.ci/run` does this)."
+    );
+    let mut command = Command::new("chromium");
+    command.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+    ]);
+    command.arg(format!("--user-data-dir={}", profile.display()));
+    command.args(args);
+    let scratch = profile.with_extension("io");
+    std::fs::create_dir_all(&scratch).expect("create folder");
+    run_with_limit(&mut command, &scratch, Duration::from_secs(90)).0
+}
+
+fn url(path: &Path) -> String {
+    format!(
+        "file://{}",
+        path.canonicalize().expect("canonical path").display()
+    )
+}
+
+/// The dashboard in a real browser: the table is in the DOM, hostile log text is text (no
+/// script element came out of it), and a screenshot is taken (kept under the target folder).
+#[test]
+fn browser_renders_dashboard_and_shows_hostile_text_as_text() {
+    let (sandbox, last, tonight_dir) = nightlies();
+    let out = sandbox.path().join("report");
+    let output = report(&[&last, &tonight_dir], &out, &[]);
+    assert_eq!(output.status.code(), Some(0));
+    let profile = sandbox.path().join("chromium-profile");
+
+    let dom = chromium(
+        &profile,
+        &["--dump-dom".into(), url(&out.join("index.html"))],
+    );
+    assert!(
+        dom.contains("<table class=\"pivot\">"),
+        "no table in the DOM:\n{dom}"
+    );
+    assert!(dom.contains("✗ illegal_address"), "{dom}");
+    assert!(dom.contains("<svg"), "plots are inline");
+    // The hostile id and value are text nodes, serialized escaped; no element came from them.
+    assert!(
+        dom.contains("evil&lt;/td&gt;&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{dom}"
+    );
+    assert!(
+        !dom.contains("<script"),
+        "a script element is in the DOM:\n{dom}"
+    );
+    assert!(
+        !dom.contains("<b>bold</b>"),
+        "markup from a value became an element"
+    );
+
+    for page in [
+        "0.6.11.post1-sm_90-qwen3-30b-a3b.html".to_owned(),
+        format!("{}.html", evil_stem()),
+    ] {
+        let path = out.join("cells").join(&page);
+        let dom = chromium(&profile, &["--dump-dom".into(), url(&path)]);
+        assert!(
+            dom.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{page}:\n{dom}"
+        );
+        assert!(!dom.contains("<script"), "{page}: a script element:\n{dom}");
+        assert!(!dom.contains("<img"), "{page}: an img element:\n{dom}");
+        assert!(!dom.contains("href=\"javascript:"), "{page}");
+    }
+
+    // Screenshots and a copy of the report stay under the target folder, to look at.
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-browser");
+    let _ = std::fs::remove_dir_all(&shots);
+    copy_dir(&out, &shots.join("report"));
+    for (name, page, size) in [
+        ("index.png", out.join("index.html"), "1400,900"),
+        ("index-full.png", out.join("index.html"), "1400,4200"),
+        (
+            "cell.png",
+            out.join("cells/0.6.11.post1-sm_90-qwen3-30b-a3b.html"),
+            "1400,900",
+        ),
+    ] {
+        let png = shots.join(name);
+        let _ = std::fs::remove_file(&png);
+        chromium(
+            &profile,
+            &[
+                format!("--screenshot={}", png.display()),
+                format!("--window-size={size}"),
+                url(&page),
+            ],
+        );
+        let bytes =
+            std::fs::read(&png).unwrap_or_else(|e| panic!("no screenshot {}: {e}", png.display()));
+        assert!(bytes.starts_with(b"\x89PNG"), "not a PNG");
+        assert!(
+            bytes.len() > 20_000,
+            "screenshot suspiciously small ({} bytes)",
+            bytes.len()
+        );
+    }
+}
+
+/// The file stem the report gives the hostile id (sanitised plus a hash).
+fn evil_stem() -> String {
+    let ctx_page = {
+        let (sandbox, last, tonight_dir) = nightlies();
+        let ctx = build_context(
+            &[last, tonight_dir],
+            &sandbox.path().join("o"),
+            &ReportOptions::default(),
+        )
+        .expect("build context");
+        ctx.cells
+            .iter()
+            .find(|c| c.id == EVIL_ID)
+            .expect("the hostile cell")
+            .page
+            .clone()
+    };
+    ctx_page
+        .trim_start_matches("cells/")
+        .trim_end_matches(".html")
+        .to_owned()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create folder");
+    for entry in std::fs::read_dir(from).expect("read folder") {
+        let entry = entry.expect("folder entry");
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy file");
+        }
+    }
+}
