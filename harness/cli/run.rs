@@ -4,6 +4,7 @@ use crate::errors::{CliError, exit};
 use crate::exec::logsink::LogLimits;
 use crate::inventory;
 use crate::record::Status;
+use crate::report::{self, ReportOptions};
 use crate::run::{self, RunOptions, RunSummary, progress::Reporter};
 use clap::Args;
 use std::path::PathBuf;
@@ -123,7 +124,22 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
         })?;
     // Cells may still be tearing down their last output streams; do not wait for them.
     runtime.shutdown_timeout(Duration::from_secs(1));
-    super::print_stdout(&summary_text(&summary))?;
+    let mut text = summary_text(&summary);
+    // The run folder carries its own report (compat.md, index.html, ...). A report that cannot be
+    // written is worth a warning, never the loss of the run's verdict.
+    let folder = summary.folder.clone();
+    match report::render(
+        std::slice::from_ref(&folder),
+        &folder,
+        &ReportOptions::default(),
+    ) {
+        Ok(_) => text.push_str(&format!(
+            "report: {}\n",
+            folder.join("index.html").display()
+        )),
+        Err(err) => text.push_str(&format!("warning: no report written: {err}\n")),
+    }
+    super::print_stdout(&text)?;
     Ok(exit_code(&summary))
 }
 

@@ -102,7 +102,8 @@ impl fmt::Display for Pin {
 
 /// How a cell is launched, probed and asked.
 #[derive(Debug, Clone, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+// `type`, not `kind`: a server's settings carry their own `kind` (sglang, vllm, ...).
+#[serde(tag = "type", rename_all = "snake_case")]
 pub enum Engine {
     /// One command; exit 0 is a pass.
     Job { command: String },

@@ -190,7 +190,9 @@ fn plan_info(value: &Value) -> PlanInfo {
             continue;
         };
         let engine = cell.get("engine");
-        let engine_kind = text(engine.and_then(|e| e.get("kind"))).unwrap_or_default();
+        // `type` names the engine (`job` or `server`); plans written before it used `kind`.
+        let engine_kind =
+            text(engine.and_then(|e| e.get("type").or_else(|| e.get("kind")))).unwrap_or_default();
         let env = cell
             .get("env")
             .and_then(Value::as_array)

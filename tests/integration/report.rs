@@ -282,11 +282,11 @@ fn plan_cell(record: &CellRecord) -> Value {
     let fi = record.values["flashinfer"].as_str().unwrap_or_default();
     let model = record.values["model"].as_str().unwrap_or_default();
     let engine = if model == NEXT {
-        json!({"kind": "sglang", "command": format!(
+        json!({"type": "server", "kind": "sglang", "command": format!(
             "python -m sglang.launch_server --model-path Qwen/Qwen3-Next-80B-A3B --port {{port}} --tp 2"),
             "args": "--attention-backend flashinfer"})
     } else {
-        json!({"kind": "job", "command": format!("sh smoke.sh {fi} '{model}'")})
+        json!({"type": "job", "command": format!("sh smoke.sh {fi} '{model}'")})
     };
     let env: Vec<Value> = if record.values.contains_key("arch_list") {
         vec![json!(["TORCH_CUDA_ARCH_LIST", "8.6"])]
