@@ -169,19 +169,59 @@ const PYTHON_KEYS: &[&str] = &[
 ];
 
 /// Parses `source` into a [`RawFile`], pushing every problem found onto `problems`.
-pub(crate) fn parse(source: &str, problems: &mut Vec<Diagnostic>) -> RawFile {
+///
+/// A file with TOML syntax errors gets no [`RawFile`]: what the parser recovered is not reliable
+/// enough to check the matrix against (an unclosed bracket swallows the lines after it). Its
+/// syntax errors are reported, the first of each line, together with the problems the walk finds
+/// on other lines (unknown keys, wrong types), so a user still sees everything that is certainly
+/// wrong, and nothing that only follows from the syntax error.
+pub(crate) fn parse(source: &str, problems: &mut Vec<Diagnostic>) -> Option<RawFile> {
     let (root, errors) = DeTable::parse_recoverable(source);
-    for err in errors {
-        problems.push(
+    let mut syntax: Vec<Diagnostic> = errors
+        .iter()
+        .map(|err| {
             Diagnostic::error(
                 format!("invalid TOML: {}", err.message().trim()),
                 err.span(),
             )
-            .label("here"),
-        );
+            .label("here")
+        })
+        .collect();
+    let mut found = Vec::new();
+    let mut walker = Walker {
+        problems: &mut found,
+    };
+    let file = walker.file(root.get_ref());
+    if syntax.is_empty() {
+        problems.append(&mut found);
+        return Some(file);
     }
-    let mut walker = Walker { problems };
-    walker.file(root.get_ref(), root.span())
+    let line = |diag: &Diagnostic| diag.span.as_ref().map(|span| line_of(source, span.start));
+    syntax.sort_by_key(|d| d.span.as_ref().map_or(0, |s| s.start));
+    let mut bad_lines: Vec<usize> = Vec::new();
+    for diag in syntax {
+        let at = line(&diag).unwrap_or(0);
+        if !bad_lines.contains(&at) {
+            bad_lines.push(at);
+            problems.push(diag);
+        }
+    }
+    problems.extend(
+        found
+            .into_iter()
+            .filter(|diag| line(diag).is_some_and(|at| !bad_lines.contains(&at))),
+    );
+    None
+}
+
+/// 0-based line of a byte offset.
+fn line_of(source: &str, offset: usize) -> usize {
+    source
+        .as_bytes()
+        .iter()
+        .take(offset)
+        .filter(|&&b| b == b'\n')
+        .count()
 }
 
 struct Walker<'p> {
@@ -191,7 +231,7 @@ struct Walker<'p> {
 type Item<'i> = Spanned<DeValue<'i>>;
 
 impl Walker<'_> {
-    fn file(&mut self, root: &DeTable<'_>, span: Span) -> RawFile {
+    fn file(&mut self, root: &DeTable<'_>) -> RawFile {
         self.unknown_keys(root, "the top level", TOP_KEYS);
         let mut file = RawFile::default();
         for (key, item) in root {
@@ -240,9 +280,9 @@ impl Walker<'_> {
                 _ => {}
             }
         }
-        if file.matrix.is_none() {
+        if !root.contains_key("matrix") {
             self.problems.push(
-                Diagnostic::error("missing `[matrix]` table", Some(span.start..span.start))
+                Diagnostic::error("missing `[matrix]` table", None)
                     .help("a matrix file needs a `[matrix]` table with at least one axis, e.g. `flashinfer = [\"0.6.3\", \"0.6.8.post1\"]`"),
             );
         }
@@ -512,9 +552,27 @@ impl Walker<'_> {
                 ),
                 Some(value) => {
                     if let Some(conditions) = self.table(value, "`when` in [[expect]]") {
+                        if conditions.is_empty() {
+                            self.problems.push(
+                                Diagnostic::error("`when` is empty", Some(value.span()))
+                                    .label("this would mark every cell as a known failure")
+                                    .help("name the cells: `when = { gpu = \"sm_110\" }`"),
+                            );
+                        }
                         for (key, cond) in conditions {
                             let what = format!("`{}` in `when`", key.get_ref());
                             let values = match cond.get_ref() {
+                                DeValue::Array(items) if items.is_empty() => {
+                                    self.problems.push(
+                                        Diagnostic::error(
+                                            format!("{what} is an empty list"),
+                                            Some(cond.span()),
+                                        )
+                                        .label("matches no value")
+                                        .help("list the values this rule covers, or remove the key"),
+                                    );
+                                    Vec::new()
+                                }
                                 DeValue::Array(items) => items
                                     .iter()
                                     .filter_map(|v| self.matrix_value(v, &what))
@@ -533,6 +591,19 @@ impl Walker<'_> {
             let link = table
                 .get("link")
                 .and_then(|v| self.string(v, "link in [[expect]]"));
+            if let Some(link) = &link {
+                let url = link.value.trim();
+                let rest = url
+                    .strip_prefix("https://")
+                    .or_else(|| url.strip_prefix("http://"));
+                if rest.is_none_or(|rest| rest.is_empty() || rest.contains(char::is_whitespace)) {
+                    self.problems.push(
+                        Diagnostic::error("`link` is not a URL", Some(link.span.clone()))
+                            .label("expected an http(s) address")
+                            .help("link the upstream issue, e.g. \"https://github.com/flashinfer-ai/flashinfer/issues/3134\""),
+                    );
+                }
+            }
             let reason = table
                 .get("reason")
                 .and_then(|v| self.string(v, "reason in [[expect]]"));
@@ -591,7 +662,7 @@ impl Walker<'_> {
                 if let Err(err) = regex::Regex::new(&pattern.value) {
                     self.problems.push(
                         Diagnostic::error("invalid regex in `pattern`", Some(pattern.span.clone()))
-                            .label(first_line(&err.to_string())),
+                            .label(last_line(&err.to_string())),
                     );
                 }
                 out.push(RawRule {
@@ -829,7 +900,8 @@ pub(crate) fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a
         .map(|(_, c)| c)
 }
 
-fn first_line(text: &str) -> String {
+/// The last line of a multi-line error (regex errors end with the one that says what is wrong).
+pub(crate) fn last_line(text: &str) -> String {
     text.lines().last().unwrap_or_default().trim().to_owned()
 }
 
