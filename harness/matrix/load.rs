@@ -75,6 +75,12 @@ pub fn load(path: &Path) -> Result<Plan, LoadError> {
 
 /// Like [`load`], and also returns the warnings.
 pub fn load_verbose(path: &Path) -> Result<Loaded, LoadError> {
+    let (name, text, dir) = read(path)?;
+    from_str(&name, &text, path, &dir)
+}
+
+/// The file's name as given, its text, and its folder.
+fn read(path: &Path) -> Result<(String, String, PathBuf), LoadError> {
     let name = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
         path: name.clone(),
@@ -85,13 +91,38 @@ pub fn load_verbose(path: &Path) -> Result<Loaded, LoadError> {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    from_str(&name, &text, path, &dir)
+    Ok((name, text, dir))
 }
 
 /// Validates matrix text; `path` and `dir` only end up in the plan, `name` in messages.
 pub fn from_str(name: &str, text: &str, path: &Path, dir: &Path) -> Result<Loaded, LoadError> {
+    from_str_with(name, text, path, dir, Purpose::Run)
+}
+
+/// Like [`load_verbose`], for looking at a matrix rather than running it (`matrix expand`,
+/// `plan`): a file with nothing to run (no `[job]`, `[server]` or `engine`) is accepted with a
+/// warning, and its cells get an empty `job` command. Every other problem is still an error.
+pub fn load_for_inspection(path: &Path) -> Result<Loaded, LoadError> {
+    let (name, text, dir) = read(path)?;
+    from_str_with(&name, &text, path, &dir, Purpose::Inspect)
+}
+
+/// What a plan is loaded for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    Run,
+    Inspect,
+}
+
+fn from_str_with(
+    name: &str,
+    text: &str,
+    path: &Path,
+    dir: &Path,
+    purpose: Purpose,
+) -> Result<Loaded, LoadError> {
     let mut problems = Vec::new();
-    let plan = build(text, path, dir, &mut problems);
+    let plan = build(text, path, dir, purpose, &mut problems);
     diag::sort(&mut problems);
     let has_errors = problems.iter().any(Diagnostic::is_error);
     match plan {
@@ -111,13 +142,20 @@ pub fn from_str(name: &str, text: &str, path: &Path, dir: &Path) -> Result<Loade
     }
 }
 
-fn build(text: &str, path: &Path, dir: &Path, problems: &mut Vec<Diagnostic>) -> Option<Plan> {
+fn build(
+    text: &str,
+    path: &Path,
+    dir: &Path,
+    purpose: Purpose,
+    problems: &mut Vec<Diagnostic>,
+) -> Option<Plan> {
     let raw = raw::parse(text, problems)?;
     let matrix = raw.matrix.as_ref()?;
     let mut cx = Checker {
         text,
         problems,
         once: HashSet::new(),
+        purpose,
     };
     cx.check_keys(matrix);
 
@@ -530,6 +568,7 @@ struct Checker<'t, 'p> {
     problems: &'p mut Vec<Diagnostic>,
     /// (span, message) pairs already reported, so a per-cell problem shows once.
     once: HashSet<(usize, usize, String)>,
+    purpose: Purpose,
 }
 
 impl Checker<'_, '_> {
@@ -1185,13 +1224,14 @@ impl Checker<'_, '_> {
                     return None;
                 }
                 (None, None) => {
-                    self.push_once(
-                        Diagnostic::error(
-                            "nothing to run: the file has no `[job]`, `[server]` or `engine`",
-                            None,
-                        )
-                        .help("add `[job]` with `command = \"...\"` (exit 0 = pass)"),
-                    );
+                    let message = "nothing to run: the file has no `[job]`, `[server]` or `engine`";
+                    let help = "add `[job]` with `command = \"...\"` (exit 0 = pass)";
+                    if self.purpose == Purpose::Inspect {
+                        self.push_once(Diagnostic::warning(message, None).help(help));
+                        let command = String::new();
+                        return Some((Engine::Job { command }, None));
+                    }
+                    self.push_once(Diagnostic::error(message, None).help(help));
                     return None;
                 }
             },
