@@ -16,8 +16,8 @@ axis values it matches (its other keys are added, overwriting what earlier entri
 becomes a new cell of its own when it matches none. Values compare as GitHub compares them: strings
 ignoring case, numbers with numeric strings, tables field by field.
 
-A cell's id is made from its axis values (all values, for a cell an include entry created), uses
-only `[A-Za-z0-9._-]`, and stays the same when other axes gain values or includes add keys.";
+A cell's id is made from its axis values (all its values in a matrix without axes), uses only
+`[A-Za-z0-9._-]`, and stays the same when other axes gain values or includes add keys.";
 
 const EXPAND_AFTER_HELP: &str = "\
 Examples:

@@ -93,14 +93,42 @@ pub type Axis = (String, Vec<Value>);
 pub type Entry = Vec<(String, Value)>;
 
 /// The product of the axes is larger than [`MAX_CELLS`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the matrix has {} combinations, more than the limit of {MAX_CELLS}", match .combinations {
-    Some(n) => n.to_string(),
-    None => "more than 2^128".to_owned(),
-})]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TooLarge {
     /// Size of the product; `None` when it does not even fit in 128 bits.
     pub combinations: Option<u128>,
+}
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let limit = thousands(MAX_CELLS as u128);
+        match self.combinations {
+            Some(n) => write!(
+                f,
+                "the matrix has {} combinations, more than the limit of {limit}",
+                thousands(n)
+            ),
+            None => write!(
+                f,
+                "the matrix has more than 2^128 combinations; the limit is {limit}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
+/// `4096000000` as `4,096,000,000`.
+fn thousands(n: u128) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Size of the cross product of `axes` (0 without axes); `None` when it overflows 128 bits.
@@ -753,6 +781,10 @@ mod tests {
         assert_eq!(product_size(&axes), Some(1_000_000_000));
         let err = expand(&axes, &[], &[]).unwrap_err();
         assert_eq!(err.combinations, Some(1_000_000_000));
+        assert_eq!(
+            err.to_string(),
+            "the matrix has 1,000,000,000 combinations, more than the limit of 1,000,000"
+        );
         let huge: Vec<Axis> = (0..20).map(|i| axis(&format!("a{i}"), &big)).collect();
         assert_eq!(product_size(&huge), None);
         assert!(expand(&huge, &[], &[]).is_err());

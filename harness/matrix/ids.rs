@@ -1,9 +1,11 @@
 //! Cell ids: readable, stable, unique, and safe in file names and on command lines.
 //!
-//! An id is the cell's identifying values joined by `-` in key order (`0.6.3-sm_86_sm_89-sglang`).
-//! The identifying values of a cell of the product are its axis values, so keys that `include`
-//! adds (a model path, engine flags) neither lengthen ids nor change them when edited; a cell that
-//! an `include` entry created is identified by all its values.
+//! An id is the cell's identifying values joined by `-` in axis order (`0.6.3-sm_86_sm_89-sglang`).
+//! The identifying values of a cell are its axis values, so keys that `include` adds (a model
+//! path, engine flags) neither lengthen ids nor change them when edited. That holds for a cell an
+//! `include` entry created too (its values for the axes it names), so it keeps its id if its
+//! values later join the axes; only in a matrix without axes is a cell identified by all its
+//! values. (The loader picks the identifying values; this module spells them.)
 //!
 //! Spelling: characters outside `[A-Za-z0-9._-]` become `_`; a boolean reads as its key
 //! (`workaround` / `no-workaround`); a table reads as its values joined by `_`; an empty string or

@@ -216,9 +216,10 @@ fn build(
     }
     cx.check_duplicates(matrix, &combos);
 
-    // A cell of the product is identified by its axis values alone, so keys that `include` adds
-    // (a model path, engine flags) neither lengthen ids nor change them when edited. A cell an
-    // include entry created is identified by all its values, its axis keys first.
+    // A cell is identified by its axis values alone, so keys that `include` adds (a model path,
+    // engine flags) neither lengthen ids nor change them when edited, and a cell an include entry
+    // created keeps its id if its values later join the axes. Only a cell with no axis value at
+    // all (a matrix of includes only) is identified by all its values.
     let axis_position = |key: &str| axes.iter().position(|(name, _)| name == key);
     let identities: Vec<Vec<(&str, &Value)>> = combos
         .iter()
@@ -228,10 +229,17 @@ fn build(
                 .map(|(k, v, _)| (*k, *v))
                 .collect(),
             Some(_) => {
-                let mut parts: Vec<(&str, &Value)> =
-                    combo.values.iter().map(|(k, v, _)| (*k, *v)).collect();
-                parts.sort_by_key(|(key, _)| axis_position(key).unwrap_or(usize::MAX));
-                parts
+                let mut parts: Vec<(usize, &str, &Value)> = combo
+                    .values
+                    .iter()
+                    .filter_map(|(k, v, _)| Some((axis_position(k)?, *k, *v)))
+                    .collect();
+                parts.sort_by_key(|(position, _, _)| *position);
+                if parts.is_empty() {
+                    combo.values.iter().map(|(k, v, _)| (*k, *v)).collect()
+                } else {
+                    parts.into_iter().map(|(_, k, v)| (k, v)).collect()
+                }
             }
         })
         .collect();
@@ -273,7 +281,7 @@ fn build(
     // Only meaningful when every cell was built; otherwise "matches nothing" is noise.
     let all_built = cells.len() == combos.len();
     for (rule, matched) in expectations.iter().zip(matched) {
-        if all_built && !matched {
+        if all_built && !matched && !rule.broken {
             cx.problems.push(
                 Diagnostic::warning(
                     "this `[[expect]]` rule matches no cell",
@@ -517,6 +525,9 @@ struct Memo {
 /// A compiled `[[expect]]` rule.
 struct ExpectRule {
     span: Span,
+    /// A condition of it was reported as invalid (and left out), so "matches no cell" would be
+    /// a consequence, not news.
+    broken: bool,
     conditions: Vec<(String, Vec<Matcher>)>,
     reference: ExpectationRef,
 }
@@ -532,7 +543,7 @@ impl ExpectRule {
             .iter()
             .enumerate()
             .all(|(condition, (key, matchers))| {
-                let value = combo.get(key).unwrap_or(&Value::Null);
+                let value = combo.get(key);
                 let check = || matchers.iter().any(|m| m.matches(value));
                 if matchers.iter().any(|m| matches!(m, Matcher::Versions(_))) {
                     *verdicts
@@ -546,19 +557,23 @@ impl ExpectRule {
 }
 
 enum Matcher {
+    /// Equal as `include`/`exclude` compare: GitHub's `==`, tables field by field.
     Equals(Value),
     /// `"<=0.6.8.post1"`, `">=0.6.3,<0.6.11"`: PEP 440 comparison of the cell's value.
     Versions(VersionSpecifiers),
 }
 
 impl Matcher {
-    fn matches(&self, value: &Value) -> bool {
+    /// `value` is `None` when the cell lacks the key.
+    fn matches(&self, value: Option<&Value>) -> bool {
         match self {
-            Matcher::Equals(expected) => expected == value,
-            Matcher::Versions(specifiers) => {
-                let text = value_text(value);
-                Version::from_str(&text).is_ok_and(|v| specifiers.contains(&v))
+            // A cell without the key is not covered (GitHub's `==` would read it as null).
+            Matcher::Equals(expected) => {
+                value.is_some_and(|value| expand::filter_matches(expected, Some(value)))
             }
+            Matcher::Versions(specifiers) => value.is_some_and(|value| {
+                Version::from_str(&value_text(value)).is_ok_and(|v| specifiers.contains(&v))
+            }),
         }
     }
 }
@@ -958,6 +973,7 @@ impl Checker<'_, '_> {
         let mut rules = Vec::new();
         for expect in &raw.expect {
             let mut conditions = Vec::new();
+            let reported = self.problems.len();
             for (key, values) in &expect.when {
                 if !keys.contains(&key.value) {
                     let names: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -975,14 +991,30 @@ impl Checker<'_, '_> {
                 let mut matchers = Vec::new();
                 for value in values {
                     match &value.value {
-                        Value::String(s) if s.trim_start().starts_with(['<', '>', '=', '!', '~']) => {
+                        Value::String(s)
+                            if s.trim_start().starts_with(['<', '>', '=', '!', '~']) =>
+                        {
                             match VersionSpecifiers::from_str(s) {
                                 Ok(spec) => matchers.push(Matcher::Versions(spec)),
-                                Err(err) => self.problems.push(
-                                    Diagnostic::error("invalid version range", Some(value.span.clone()))
-                                        .label(raw::last_line(&err.to_string()))
-                                        .help("write PEP 440 specifiers, e.g. \"<=0.6.8.post1\" or \">=0.6.3,<0.6.11\""),
-                                ),
+                                Err(err) => {
+                                    let (label, at) = version_error(&err.to_string());
+                                    let span = match at {
+                                        Some(at) => inner_span(
+                                            self.text,
+                                            &Sp {
+                                                value: s.clone(),
+                                                span: value.span.clone(),
+                                            },
+                                            at,
+                                        ),
+                                        None => value.span.clone(),
+                                    };
+                                    self.problems.push(
+                                        Diagnostic::error(format!("invalid version range \"{s}\""), Some(span))
+                                            .label(label)
+                                            .help("write PEP 440 specifiers, e.g. \"<=0.6.8.post1\" or \">=0.6.3,<0.6.11\""),
+                                    );
+                                }
                             }
                         }
                         other => matchers.push(Matcher::Equals(other.clone())),
@@ -992,6 +1024,7 @@ impl Checker<'_, '_> {
             }
             rules.push(ExpectRule {
                 span: expect.span.clone(),
+                broken: self.problems.len() > reported,
                 conditions,
                 reference: ExpectationRef {
                     signature: expect.signature.as_ref().map(|s| s.value),
@@ -1249,6 +1282,10 @@ impl Checker<'_, '_> {
                 return None;
             };
             let Some(command) = templates.get(&job.command) else {
+                if job.command_written {
+                    // Wrong type or misspelled: reported where it is written.
+                    return None;
+                }
                 self.push_once(
                     Diagnostic::error("`[job]` needs `command`", Some(job.span.clone()))
                         .label("no command")
@@ -1287,6 +1324,9 @@ impl Checker<'_, '_> {
             Some(cx.render(t)).filter(|s| !s.is_empty())
         };
         if kind == ServerKind::Generic && server.and_then(|s| s.command.as_ref()).is_none() {
+            if server.is_some_and(|s| s.command_written) {
+                return None;
+            }
             self.push_once(
                 Diagnostic::error("engine `server` needs `[server] command`", server.map(|s| s.span.clone()))
                     .label("no command")
@@ -1346,6 +1386,24 @@ impl Checker<'_, '_> {
         }
         Some((Engine::Server(Box::new(spec)), server.map(|s| &s.common)))
     }
+}
+
+/// What a PEP 440 parse error says, and which part of the text it points at. Its text is
+/// "Failed to parse version: WHAT:", then the text, then carets under the part.
+fn version_error(text: &str) -> (String, Option<std::ops::Range<usize>>) {
+    let mut lines = text.lines();
+    let what = lines
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("Failed to parse version: ")
+        .trim_end_matches(':')
+        .to_owned();
+    let line = lines.next().unwrap_or_default();
+    let carets = lines.next().unwrap_or_default();
+    let start = carets.len() - carets.trim_start().len();
+    let end = carets.trim_end().len();
+    let at = (line.is_ascii() && start < end && end <= line.len()).then_some(start..end);
+    (what, at)
 }
 
 /// The span of `at` (a range in a string's value) in the file, when the string is written plainly

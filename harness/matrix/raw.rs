@@ -67,6 +67,8 @@ pub(crate) struct RawCommon {
 pub(crate) struct RawJob {
     pub(crate) span: Span,
     pub(crate) command: Option<Sp<String>>,
+    /// `command` is written, maybe with a wrong type or misspelled (already reported then).
+    pub(crate) command_written: bool,
     pub(crate) common: RawCommon,
 }
 
@@ -74,6 +76,8 @@ pub(crate) struct RawJob {
 pub(crate) struct RawServer {
     pub(crate) span: Span,
     pub(crate) command: Option<Sp<String>>,
+    /// As [`RawJob::command_written`].
+    pub(crate) command_written: bool,
     pub(crate) model: Option<Sp<String>>,
     /// Integer or template; checked per cell once rendered.
     pub(crate) tp: Option<Sp<String>>,
@@ -449,6 +453,7 @@ impl Walker<'_> {
             command: table
                 .get("command")
                 .and_then(|v| self.string(v, "command in [job]")),
+            command_written: command_written(table),
             common: self.common(table, "[job]"),
         })
     }
@@ -463,6 +468,7 @@ impl Walker<'_> {
         };
         let mut server = RawServer {
             span: item.span(),
+            command_written: command_written(table),
             command: s("command"),
             model: s("model"),
             args: s("args"),
@@ -815,9 +821,15 @@ impl Walker<'_> {
             }
             Ok(d) => Some(Sp::new(d, text.span)),
             Err(err) => {
+                let label = match err {
+                    humantime::DurationError::NumberExpected(_) => {
+                        "a duration starts with a number".to_owned()
+                    }
+                    other => other.to_string(),
+                };
                 self.problems.push(
                     Diagnostic::error(format!("{what} is not a duration"), Some(text.span))
-                        .label(err.to_string())
+                        .label(label)
                         .help("write a duration such as \"90s\", \"5m\" or \"1h 30m\""),
                 );
                 None
@@ -888,6 +900,13 @@ impl Walker<'_> {
             self.problems.push(diag);
         }
     }
+}
+
+/// Whether a table has `command`, or a key that is a likely typo of it.
+fn command_written(table: &DeTable<'_>) -> bool {
+    table
+        .keys()
+        .any(|key| did_you_mean(key.get_ref(), &["command"]).is_some())
 }
 
 /// The closest candidate, when it is close enough to be a likely typo.

@@ -3,3 +3,6 @@
 mod util;
 
 mod matrix;
+mod matrix_errors;
+mod matrix_github;
+mod matrix_good;
