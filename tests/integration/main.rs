@@ -6,3 +6,4 @@ mod matrix;
 mod matrix_errors;
 mod matrix_github;
 mod matrix_good;
+mod matrix_props;
