@@ -3,7 +3,9 @@
 mod util;
 
 mod matrix;
+mod matrix_cli;
 mod matrix_errors;
 mod matrix_github;
 mod matrix_good;
+mod matrix_ids;
 mod matrix_props;
