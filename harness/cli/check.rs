@@ -53,11 +53,15 @@ pub(crate) fn run(args: CheckArgs) -> Result<u8, CliError> {
                     let _ = write!(stderr, "{}", loaded.warnings);
                 }
                 let plan = &loaded.plan;
+                let counted = |n: usize, what: &str| match n {
+                    1 => format!("1 {what}"),
+                    n => format!("{n} {what}s"),
+                };
                 summary.push_str(&format!(
-                    "ok: {}: {} cells, {} keys{}\n",
+                    "ok: {}: {}, {}{}\n",
                     file.display(),
-                    plan.cells.len(),
-                    plan.keys.len(),
+                    counted(plan.cells.len(), "cell"),
+                    counted(plan.keys.len(), "key"),
                     match plan
                         .cells
                         .iter()
@@ -65,6 +69,7 @@ pub(crate) fn run(args: CheckArgs) -> Result<u8, CliError> {
                         .count()
                     {
                         0 => String::new(),
+                        1 => ", 1 with a known failure".to_owned(),
                         n => format!(", {n} with known failures"),
                     }
                 ));

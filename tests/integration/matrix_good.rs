@@ -219,3 +219,23 @@ fn nightly_plan_summary() {
     );
     assert_eq!(String::from_utf8_lossy(&check.stderr), "");
 }
+
+/// Warnings print with their place in the file, but the file is valid: exit 0 and a summary.
+#[test]
+fn warnings_do_not_fail_the_check() {
+    let (code, stdout, stderr) = run_in_fixtures(&["check", "warn-harmless.toml"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout, "ok: warn-harmless.toml: 4 cells, 2 keys\n");
+    assert_eq!(stderr.matches("warning:").count(), 4, "{stderr}");
+    assert!(!stderr.contains("error"), "{stderr}");
+    snapshot(
+        "warn-harmless.check",
+        "gpucompat check warn-harmless.toml",
+        &stderr,
+    );
+    // The commands that look at the matrix print the same warnings and carry on.
+    let (code, stdout, again) = run_in_fixtures(&["matrix", "expand", "warn-harmless.toml"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(again, stderr);
+    assert!(stdout.ends_with("4 cells\n"), "{stdout}");
+}
