@@ -172,11 +172,29 @@ pub fn expand<'m>(
     }
     let width = axes.len() + extra_keys.len();
 
+    // Position in the product = sum of value index times stride (the last axis has stride 1).
+    let mut strides = vec![1usize; axes.len()];
+    for axis in (0..axes.len().saturating_sub(1)).rev() {
+        strides[axis] = strides[axis + 1].saturating_mul(axes[axis + 1].1.len());
+    }
+    // Each entry visits only the positions its filter matches, so a long list of specific
+    // entries costs what they match, not their number times the size of the product.
+    let mut excluded = vec![false; total];
+    for filter in &excludes {
+        filter.for_each_match(axes, &strides, total, |at| excluded[at] = true);
+    }
+
     let mut combos = Vec::with_capacity(total);
+    // For each position of the product, its original combination (`NONE` when excluded).
+    const NONE: usize = usize::MAX;
+    let mut original_at: Vec<usize> = Vec::with_capacity(total);
     if total > 0 {
         let mut index = vec![0usize; axes.len()];
-        'product: loop {
-            if !excludes.iter().any(|filter| filter.accepts(&index)) {
+        for &excluded in &excluded {
+            if excluded {
+                original_at.push(NONE);
+            } else {
+                original_at.push(combos.len());
                 let mut values = Vec::with_capacity(width);
                 for (axis, ((name, axis_values), &value)) in axes.iter().zip(&index).enumerate() {
                     values.push((
@@ -190,36 +208,18 @@ pub fn expand<'m>(
                     created_by: None,
                 });
             }
-            // Odometer: the last axis varies fastest.
-            let mut position = axes.len();
-            loop {
-                if position == 0 {
-                    break 'product;
-                }
-                position -= 1;
-                index[position] += 1;
-                if index[position] < axes[position].1.len() {
-                    break;
-                }
-                index[position] = 0;
-            }
+            advance(&mut index, |axis| axes[axis].1.len());
         }
     }
 
-    let originals = combos.len();
-    let mut index = vec![0usize; axes.len()];
     for (entry_index, include) in includes.iter().enumerate() {
         let mut matched = false;
-        for combo in &mut combos[..originals] {
-            for (slot, (_, _, source)) in index.iter_mut().zip(&combo.values) {
-                if let Source::Axis { value, .. } = source {
-                    *slot = *value;
-                }
-            }
-            if !include.filter.accepts(&index) {
-                continue;
-            }
+        include.filter.for_each_match(axes, &strides, total, |at| {
+            let Some(&original) = original_at.get(at).filter(|&&o| o != NONE) else {
+                return;
+            };
             matched = true;
+            let combo = &mut combos[original];
             for &(key_index, key, value) in &include.extras {
                 let source = Source::Include {
                     entry: entry_index,
@@ -227,7 +227,7 @@ pub fn expand<'m>(
                 };
                 combo.set(axes.len(), key, value, source);
             }
-        }
+        });
         if !matched {
             let mut combo = Combination {
                 values: Vec::with_capacity(include.entry.len()),
@@ -249,6 +249,19 @@ pub fn expand<'m>(
         }
     }
     Ok(combos)
+}
+
+/// Steps an odometer of indices (the last one fastest) where index `i` counts to `len(i)`;
+/// `false` once it has gone all the way round.
+fn advance(index: &mut [usize], len: impl Fn(usize) -> usize) -> bool {
+    for position in (0..index.len()).rev() {
+        index[position] += 1;
+        if index[position] < len(position) {
+            return true;
+        }
+        index[position] = 0;
+    }
+    false
 }
 
 /// Whether `value` (the combination's value, `None` when it lacks the key) matches `filter`, the
@@ -283,8 +296,8 @@ fn axis_of(axes: &[Axis], key: &str) -> Option<usize> {
 }
 
 /// An include or exclude entry compiled against the axes: for each axis it constrains, which of
-/// the axis's values it accepts. Original combinations only ever hold axis values, so matching one
-/// is a lookup per constrained axis.
+/// the axis's values it accepts. Original combinations only ever hold axis values, so the entry
+/// matches exactly the positions of the product built from accepted values.
 struct Filter {
     /// `None`: a key that no combination can satisfy (the entry never matches).
     constraints: Option<Vec<(usize, Vec<bool>)>>,
@@ -326,18 +339,52 @@ impl Filter {
         }
     }
 
-    /// Whether the original combination with these axis value indices matches.
-    fn accepts(&self, index: &[usize]) -> bool {
+    /// Calls `f` with every position of the product (of `total` positions) that matches.
+    fn for_each_match(
+        &self,
+        axes: &[Axis],
+        strides: &[usize],
+        total: usize,
+        mut f: impl FnMut(usize),
+    ) {
         let Some(constraints) = &self.constraints else {
-            return false;
+            return;
         };
-        constraints.iter().all(|(axis, accepted)| {
-            index
-                .get(*axis)
-                .and_then(|&value| accepted.get(value))
-                .copied()
-                .unwrap_or(false)
-        })
+        if total == 0 {
+            return;
+        }
+        // The value indices accepted on each axis (all of them where the entry says nothing).
+        let choices: Vec<Vec<usize>> = axes
+            .iter()
+            .enumerate()
+            .map(|(axis, (_, values))| {
+                match constraints
+                    .iter()
+                    .find(|(constrained, _)| *constrained == axis)
+                {
+                    Some((_, accepted)) => (0..values.len())
+                        .filter(|&v| accepted.get(v).copied().unwrap_or(false))
+                        .collect(),
+                    None => (0..values.len()).collect(),
+                }
+            })
+            .collect();
+        if choices.iter().any(Vec::is_empty) {
+            return;
+        }
+        let mut pick = vec![0usize; axes.len()];
+        loop {
+            let at: usize = pick
+                .iter()
+                .zip(&choices)
+                .zip(strides)
+                .map(|((&p, choice), stride)| choice[p] * stride)
+                .sum();
+            f(at);
+            if !advance(&mut pick, |axis| choices[axis].len()) {
+                return;
+            }
+        }
     }
 }
 
@@ -788,6 +835,18 @@ mod tests {
         let huge: Vec<Axis> = (0..20).map(|i| axis(&format!("a{i}"), &big)).collect();
         assert_eq!(product_size(&huge), None);
         assert!(expand(&huge, &[], &[]).is_err());
+    }
+
+    /// An empty axis makes the product empty, however large the other axes are.
+    #[test]
+    fn an_empty_axis_next_to_huge_ones() {
+        let big: Vec<Value> = (0..100_000).map(|i| json!(i)).collect();
+        let mut axes: Vec<Axis> = vec![axis("empty", &[])];
+        axes.extend((0..5).map(|i| axis(&format!("a{i}"), &big)));
+        let include = [entry(&[("a0", json!(1)), ("x", json!(1))])];
+        let got = expand(&axes, &[], &include).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].created_by, Some(0));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::template::{Template, field, value_text};
 use super::{gpus, ids};
 use crate::diag::{self, Diagnostic};
 use crate::matrix::plan::*;
-use crate::record::ExpectationRef;
+use crate::record::{ExpectationRef, Values};
 use pep440_rs::{Version, VersionSpecifiers};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -158,6 +158,9 @@ fn build(
         purpose,
     };
     cx.check_keys(matrix);
+    // Checks that need no cells come first, so they are reported even when expansion fails.
+    cx.check_env_names(&raw);
+    cx.check_package_names(&raw);
 
     let axes: Vec<expand::Axis> = matrix
         .axes
@@ -251,8 +254,7 @@ fn build(
     for template in &templates.all {
         cx.check_placeholders(template, &keys, &combos);
     }
-    cx.check_packages(&raw, &keys);
-    cx.check_env_names(&raw);
+    cx.check_package_keys(&raw, &keys);
     let expectations = cx.expectations(&raw, &keys);
 
     let mut cells = Vec::with_capacity(combos.len());
@@ -520,6 +522,35 @@ struct Memo {
     verdicts: HashMap<(usize, usize, Option<Source>), bool>,
     /// Scratch space for rendering.
     buffer: String,
+    /// An empty map for each sequence of keys (by where the key names live), cloned for each cell
+    /// with those keys: cheaper than hashing every key of every cell again.
+    shapes: HashMap<Vec<usize>, Values>,
+}
+
+impl Memo {
+    /// The cell's values as an owned map, keys in order.
+    fn values(&mut self, combo: &Combination<'_>) -> Values {
+        let shape: Vec<usize> = combo
+            .values
+            .iter()
+            .map(|(key, _, _)| key.as_ptr() as usize)
+            .collect();
+        let mut values = self
+            .shapes
+            .entry(shape)
+            .or_insert_with(|| {
+                combo
+                    .values
+                    .iter()
+                    .map(|(key, _, _)| ((*key).to_owned(), Value::Null))
+                    .collect()
+            })
+            .clone();
+        for ((_, slot), (_, value, _)) in values.iter_mut().zip(&combo.values) {
+            *slot = (*value).clone();
+        }
+        values
+    }
 }
 
 /// A compiled `[[expect]]` rule.
@@ -913,8 +944,8 @@ impl Checker<'_, '_> {
         self.push_once(diag);
     }
 
-    fn check_packages(&mut self, raw: &RawFile, keys: &[String]) {
-        for (key, names) in &raw.packages {
+    fn check_package_keys(&mut self, raw: &RawFile, keys: &[String]) {
+        for (key, _) in &raw.packages {
             if !keys.contains(&key.value) {
                 let candidates: Vec<&str> = keys.iter().map(String::as_str).collect();
                 let mut diag = Diagnostic::error(
@@ -927,6 +958,11 @@ impl Checker<'_, '_> {
                 }
                 self.problems.push(diag);
             }
+        }
+    }
+
+    fn check_package_names(&mut self, raw: &RawFile) {
+        for (_, names) in &raw.packages {
             for name in names {
                 let ok = !name.value.is_empty()
                     && name
@@ -1157,7 +1193,7 @@ impl Checker<'_, '_> {
         ok.then(|| Cell {
             // The caller moves the id in.
             id: CellId(String::new()),
-            values: cx.combo.plain(),
+            values: memo.values(cx.combo),
             gpus,
             pins,
             env,
