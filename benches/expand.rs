@@ -43,9 +43,42 @@ fn main() {
     );
 
     let (axes, exclude, include) = plain_matrix();
-    let expanded =
-        time(|| black_box(expand::expand(&axes, &exclude, &include).map_or(0, |c| c.len())));
+    let expanded = time(|| {
+        black_box(
+            expand::expand(&axes, &exclude, &include)
+                .map(|c| c.len())
+                .unwrap_or(0),
+        )
+    });
     report("expand::expand alone", &expanded, cells);
+
+    // Machine-written matrices list specific combinations: 10,000 include entries that each name
+    // every axis (one cell each) on top of the same product.
+    let specific: Vec<expand::Entry> = (0..10_000)
+        .map(|i| {
+            let mut entry: expand::Entry = axes
+                .iter()
+                .enumerate()
+                .map(|(a, (name, values))| {
+                    (name.clone(), values[(i / (a + 1)) % values.len()].clone())
+                })
+                .collect();
+            entry.push(("note".to_owned(), serde_json::Value::from(i)));
+            entry
+        })
+        .collect();
+    let with_specific = time(|| {
+        black_box(
+            expand::expand(&axes, &exclude, &specific)
+                .map(|c| c.len())
+                .unwrap_or(0),
+        )
+    });
+    report(
+        "expand::expand with 10,000 one-cell include entries",
+        &with_specific,
+        cells,
+    );
 }
 
 /// Runs `f` once to warm up, then `ITERATIONS` times; returns the sorted durations.

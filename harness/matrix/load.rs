@@ -155,6 +155,7 @@ fn build(
         text,
         problems,
         once: HashSet::new(),
+        per_place: HashMap::new(),
         purpose,
     };
     cx.check_keys(matrix);
@@ -280,6 +281,7 @@ fn build(
         }
         cells.push(cell);
     }
+    cx.finish();
     // Only meaningful when every cell was built; otherwise "matches nothing" is noise.
     let all_built = cells.len() == combos.len();
     for (rule, matched) in expectations.iter().zip(matched) {
@@ -614,18 +616,52 @@ struct Checker<'t, 'p> {
     problems: &'p mut Vec<Diagnostic>,
     /// (span, message) pairs already reported, so a per-cell problem shows once.
     once: HashSet<(usize, usize, String)>,
+    /// Per place: how many different problems, and the index of the last one shown.
+    per_place: HashMap<(usize, usize), (usize, usize)>,
     purpose: Purpose,
 }
 
+/// The most different problems shown at one place in the file.
+const MAX_PER_PLACE: usize = 3;
+
 impl Checker<'_, '_> {
+    /// Reports a problem unless the same one was reported at the same place; at most
+    /// [`MAX_PER_PLACE`] different ones per place (a template that renders badly for a thousand
+    /// values is one problem to fix, not a thousand), the rest counted by [`Checker::finish`].
     fn push_once(&mut self, diag: Diagnostic) {
         let span = diag.span.clone().unwrap_or(0..0);
-        if self
+        if !self
             .once
             .insert((span.start, span.end, diag.message.clone()))
         {
-            self.problems.push(diag);
+            return;
         }
+        if diag.span.is_some() {
+            let (count, last) = self.per_place.entry((span.start, span.end)).or_default();
+            *count += 1;
+            if *count > MAX_PER_PLACE {
+                return;
+            }
+            *last = self.problems.len();
+        }
+        self.problems.push(diag);
+    }
+
+    /// Notes, on the last problem shown at each place, how many more were left out.
+    fn finish(&mut self) {
+        for (count, last) in self.per_place.values() {
+            if *count > MAX_PER_PLACE {
+                if let Some(diag) = self.problems.get_mut(*last) {
+                    let more = count - MAX_PER_PLACE;
+                    diag.label = format!(
+                        "{} (and {more} more problem{} here)",
+                        diag.label,
+                        if more == 1 { "" } else { "s" }
+                    );
+                }
+            }
+        }
+        self.per_place.clear();
     }
 
     fn check_keys(&mut self, matrix: &RawMatrix) {
