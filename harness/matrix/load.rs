@@ -201,6 +201,10 @@ fn build(
         }
     };
     if combos.is_empty() {
+        if matrix.incomplete {
+            // Some of the matrix was left out as invalid; that is the problem to fix first.
+            return None;
+        }
         let mut diag = Diagnostic::error("the matrix has no cells", Some(matrix.span.clone()))
             .label("expands to nothing");
         diag = if matrix.exclude.is_empty() {
@@ -218,7 +222,9 @@ fn build(
         cx.problems.push(diag);
         return None;
     }
-    cx.check_duplicates(matrix, &combos);
+    if !matrix.incomplete {
+        cx.check_duplicates(matrix, &combos);
+    }
 
     // A cell is identified by its axis values alone, so keys that `include` adds (a model path,
     // engine flags) neither lengthen ids nor change them when edited, and a cell an include entry
@@ -285,7 +291,7 @@ fn build(
     // Only meaningful when every cell was built; otherwise "matches nothing" is noise.
     let all_built = cells.len() == combos.len();
     for (rule, matched) in expectations.iter().zip(matched) {
-        if all_built && !matched && !rule.broken {
+        if all_built && !matched && !rule.broken && !matrix.incomplete {
             cx.problems.push(
                 Diagnostic::warning(
                     "this `[[expect]]` rule matches no cell",
@@ -666,9 +672,9 @@ impl Checker<'_, '_> {
 
     fn check_keys(&mut self, matrix: &RawMatrix) {
         let axis_names: Vec<&str> = matrix.axes.iter().map(|(n, _)| n.value.as_str()).collect();
-        for (name, values) in &matrix.axes {
+        for ((name, values), &written) in matrix.axes.iter().zip(&matrix.written) {
             self.check_key_name(name);
-            if values.is_empty() {
+            if written == 0 {
                 self.problems.push(
                     Diagnostic::error(
                         format!("axis `{}` has no values", name.value),
@@ -816,6 +822,9 @@ impl Checker<'_, '_> {
 
     /// Warns about exclude entries that match no combination (a typo in a value, usually).
     fn check_excludes(&mut self, matrix: &RawMatrix, removes: &[u128]) {
+        if matrix.incomplete {
+            return;
+        }
         let axis_names: Vec<&str> = matrix.axes.iter().map(|(n, _)| n.value.as_str()).collect();
         for (entry, &removed) in matrix.exclude.iter().zip(removes) {
             let all_axes = entry

@@ -51,8 +51,13 @@ pub(crate) struct RawFile {
 pub(crate) struct RawMatrix {
     pub(crate) span: Span,
     pub(crate) axes: Vec<(Sp<String>, Vec<Sp<Value>>)>,
+    /// How many values each axis has as written (some may have been left out as invalid).
+    pub(crate) written: Vec<usize>,
     pub(crate) include: Vec<Sp<RawCombo>>,
     pub(crate) exclude: Vec<Sp<RawCombo>>,
+    /// Something in `[matrix]` was invalid and left out (already reported): what it expands to
+    /// is not what the user wrote, so conclusions about the expansion are left unsaid.
+    pub(crate) incomplete: bool,
 }
 
 /// Settings every engine shares.
@@ -269,6 +274,14 @@ impl Walker<'_> {
                         for (axis, value) in table {
                             let what = format!("{} in [packages]", axis.get_ref());
                             let names = self.string_list(value, &what);
+                            if matches!(value.get_ref(), DeValue::Array(items) if items.is_empty())
+                            {
+                                self.problems.push(
+                                    Diagnostic::error(format!("{what} is an empty list"), Some(value.span()))
+                                        .label("pins no package")
+                                        .help("name the packages this key's values are versions of, e.g. `flashinfer = [\"flashinfer-python\", \"flashinfer-cubin\"]`"),
+                                );
+                            }
                             file.packages
                                 .push((Sp::new(axis.get_ref().to_string(), axis.span()), names));
                         }
@@ -295,6 +308,7 @@ impl Walker<'_> {
 
     fn matrix(&mut self, item: &Item<'_>) -> Option<RawMatrix> {
         let table = self.table(item, "[matrix]")?;
+        let reported = self.problems.len();
         let mut matrix = RawMatrix {
             span: item.span(),
             ..RawMatrix::default()
@@ -326,6 +340,7 @@ impl Walker<'_> {
                         continue;
                     };
                     let what = format!("axis `{name}`");
+                    matrix.written.push(values.len());
                     let values = values
                         .iter()
                         .filter_map(|v| self.matrix_value(v, &what))
@@ -336,6 +351,7 @@ impl Walker<'_> {
                 }
             }
         }
+        matrix.incomplete = self.problems.len() > reported;
         Some(matrix)
     }
 
@@ -376,12 +392,19 @@ impl Walker<'_> {
             DeValue::Integer(i) => Value::from(self.integer(i, item.span())?),
             DeValue::Boolean(b) => Value::Bool(*b),
             DeValue::Table(table) => {
-                let mut map = serde_json::Map::new();
+                // Check every field, so each bad one is reported.
+                let mut map = Some(serde_json::Map::new());
                 for (key, value) in table {
-                    let inner = self.matrix_value(value, what)?;
-                    map.insert(key.get_ref().to_string(), inner.value);
+                    match self.matrix_value(value, what) {
+                        Some(inner) => {
+                            if let Some(map) = &mut map {
+                                map.insert(key.get_ref().to_string(), inner.value);
+                            }
+                        }
+                        None => map = None,
+                    }
                 }
-                Value::Object(map)
+                Value::Object(map?)
             }
             DeValue::Float(f) => {
                 self.problems.push(
@@ -647,9 +670,20 @@ impl Walker<'_> {
                 .required_string(table, "signature", "[[rules]]", entry.span())
                 .and_then(|name| self.signature_name(name));
             let precedence = table.get("precedence").and_then(|v| match v.get_ref() {
-                DeValue::Integer(i) => self
-                    .integer(i, v.span())
-                    .and_then(|n| i32::try_from(n).ok()),
+                DeValue::Integer(i) => {
+                    let n = self.integer(i, v.span())?;
+                    let fits = i32::try_from(n).ok();
+                    if fits.is_none() {
+                        self.problems.push(
+                            Diagnostic::error(
+                                format!("precedence in [[rules]]: {n} is out of range"),
+                                Some(v.span()),
+                            )
+                            .label("expected a whole number from -2147483648 to 2147483647"),
+                        );
+                    }
+                    fits
+                }
                 _ => {
                     self.type_error(v, "precedence in [[rules]]", "an integer");
                     None
