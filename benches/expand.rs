@@ -37,10 +37,14 @@ fn main() {
         black_box(loaded.map(|l| l.plan.cells.len()).unwrap_or(0))
     });
     report(
-        "matrix::from_str (parse + expand + validate + render)",
+        "matrix::from_str (parse + expand + validate + render), plan dropped",
         &load,
         cells,
     );
+    // The same without freeing the plan: what a command waits for before it can print.
+    let load_only =
+        time(|| matrix::from_str("bench.toml", &text, Path::new("bench.toml"), Path::new(".")));
+    report("matrix::from_str, plan not freed", &load_only, cells);
 
     let (axes, exclude, include) = plain_matrix();
     let expanded = time(|| {
@@ -81,30 +85,60 @@ fn main() {
     );
 }
 
-/// Runs `f` once to warm up, then `ITERATIONS` times; returns the sorted durations.
-fn time<T>(mut f: impl FnMut() -> T) -> Vec<Duration> {
-    black_box(f());
-    let mut times: Vec<Duration> = (0..ITERATIONS)
-        .map(|_| {
-            let start = Instant::now();
-            black_box(f());
-            start.elapsed()
-        })
-        .collect();
-    times.sort();
-    times
+/// Wall and CPU time of one run.
+#[derive(Clone, Copy)]
+struct Sample {
+    wall: Duration,
+    cpu: Option<Duration>,
 }
 
-fn report(what: &str, times: &[Duration], cells: usize) {
+/// Runs `f` once to warm up, then `ITERATIONS` times; returns the samples sorted by wall time.
+/// What `f` returns is dropped after its time is taken.
+fn time<T>(mut f: impl FnMut() -> T) -> Vec<Sample> {
+    black_box(f());
+    let mut samples: Vec<Sample> = (0..ITERATIONS)
+        .map(|_| {
+            let cpu = cpu_time();
+            let start = Instant::now();
+            let out = black_box(f());
+            let wall = start.elapsed();
+            let cpu = cpu
+                .zip(cpu_time())
+                .map(|(before, after)| after.saturating_sub(before));
+            // What `f` returns is freed outside the measurement.
+            drop(out);
+            Sample { wall, cpu }
+        })
+        .collect();
+    samples.sort_by_key(|s| s.wall);
+    samples
+}
+
+/// User plus system time of this process so far (Linux; `None` elsewhere). On a shared machine
+/// wall time includes waiting for a core; CPU time does not.
+fn cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split(' ').collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // USER_HZ, 100 on every Linux this runs on.
+    Some(Duration::from_millis(ticks * 10))
+}
+
+fn report(what: &str, samples: &[Sample], cells: usize) {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let median = times[times.len() / 2];
+    let median = samples[samples.len() / 2];
+    let mut cpu: Vec<Duration> = samples.iter().filter_map(|s| s.cpu).collect();
+    cpu.sort();
+    let cpu = cpu
+        .get(cpu.len() / 2)
+        .map_or(String::new(), |c| format!(" (cpu {:.0} ms)", ms(*c)));
     println!(
-        "{what}: median {:.1} ms, best {:.1} ms, worst {:.1} ms over {} runs ({:.2} us/cell)",
-        ms(median),
-        ms(times[0]),
-        ms(times[times.len() - 1]),
-        times.len(),
-        ms(median) * 1000.0 / cells.max(1) as f64,
+        "{what}: median {:.1} ms{cpu}, best {:.1} ms, worst {:.1} ms over {} runs ({:.2} us/cell)",
+        ms(median.wall),
+        ms(samples[0].wall),
+        ms(samples[samples.len() - 1].wall),
+        samples.len(),
+        ms(median.wall) * 1000.0 / cells.max(1) as f64,
     );
 }
 

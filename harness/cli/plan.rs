@@ -88,6 +88,9 @@ pub(crate) fn run(args: PlanArgs) -> Result<u8, CliError> {
         }
     };
     super::print_stdout(&text)?;
+    // The process ends next; freeing every cell of a large matrix one by one would take as long
+    // as building them.
+    std::mem::forget(plan);
     Ok(exit::SUCCESS)
 }
 

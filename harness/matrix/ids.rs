@@ -38,11 +38,12 @@ pub fn assign(cells: &[Values]) -> Vec<String> {
         .iter()
         .map(|values| values.iter().map(|(k, v)| (k.as_str(), v)).collect())
         .collect();
+    let parts: Vec<&[(&str, &Value)]> = parts.iter().map(Vec::as_slice).collect();
     assign_parts(&parts)
 }
 
 /// [`assign`] over borrowed `(key, value)` pairs, in key order.
-pub fn assign_parts(cells: &[Vec<(&str, &Value)>]) -> Vec<String> {
+pub fn assign_parts(cells: &[&[(&str, &Value)]]) -> Vec<String> {
     let (mut ids, exact): (Vec<String>, Vec<bool>) = cells.iter().map(|cell| spell(cell)).unzip();
     // Collisions ignore case: a case-insensitive file system would put both in one folder.
     let mut first: HashMap<Cow<'_, str>, usize> = HashMap::with_capacity(ids.len());
@@ -72,7 +73,7 @@ pub fn assign_parts(cells: &[Vec<(&str, &Value)>]) -> Vec<String> {
         return ids;
     }
     for &i in &collided {
-        ids[i] = format!("{}-{}", ids[i], short_hash(&cells[i]));
+        ids[i] = format!("{}-{}", ids[i], short_hash(cells[i]));
     }
     // Cells with the same values (a duplicate the loader reports) still get distinct ids.
     let mut seen: HashSet<String> = ids.iter().map(|id| folded(id).into_owned()).collect();

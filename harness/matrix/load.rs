@@ -231,13 +231,12 @@ fn build(
     // created keeps its id if its values later join the axes. Only a cell with no axis value at
     // all (a matrix of includes only) is identified by all its values.
     let axis_position = |key: &str| axes.iter().position(|(name, _)| name == key);
-    let identities: Vec<Vec<(&str, &Value)>> = combos
-        .iter()
-        .map(|combo| match combo.created_by {
-            None => combo.values[..axes.len()]
-                .iter()
-                .map(|(k, v, _)| (*k, *v))
-                .collect(),
+    // One flat list of identifying values, cut per cell, rather than a list per cell.
+    let mut flat: Vec<(&str, &Value)> = Vec::with_capacity(combos.len() * axes.len());
+    let mut ends: Vec<usize> = Vec::with_capacity(combos.len());
+    for combo in &combos {
+        match combo.created_by {
+            None => flat.extend(combo.values[..axes.len()].iter().map(|(k, v, _)| (*k, *v))),
             Some(_) => {
                 let mut parts: Vec<(usize, &str, &Value)> = combo
                     .values
@@ -246,15 +245,25 @@ fn build(
                     .collect();
                 parts.sort_by_key(|(position, _, _)| *position);
                 if parts.is_empty() {
-                    combo.values.iter().map(|(k, v, _)| (*k, *v)).collect()
+                    flat.extend(combo.values.iter().map(|(k, v, _)| (*k, *v)));
                 } else {
-                    parts.into_iter().map(|(_, k, v)| (k, v)).collect()
+                    flat.extend(parts.into_iter().map(|(_, k, v)| (k, v)));
                 }
             }
+        }
+        ends.push(flat.len());
+    }
+    let identities: Vec<&[(&str, &Value)]> = ends
+        .iter()
+        .scan(0, |start, &end| {
+            let cell = &flat[*start..end];
+            *start = end;
+            Some(cell)
         })
         .collect();
     let cell_ids = ids::assign_parts(&identities);
     drop(identities);
+    drop(flat);
 
     let keys = all_keys(&combos);
     let templates = Templates::collect(&raw);
@@ -488,7 +497,7 @@ impl CellContext<'_, '_> {
         if let Some(text) = template.parsed.literal() {
             return text.to_owned();
         }
-        let mut out = String::new();
+        let mut out = String::with_capacity(template.parsed.size_hint());
         self.render_into(template, &mut out);
         out
     }
@@ -533,27 +542,25 @@ struct Memo {
     /// An empty map for each sequence of keys (by where the key names live), cloned for each cell
     /// with those keys: cheaper than hashing every key of every cell again.
     shapes: HashMap<Vec<usize>, Values>,
+    /// Scratch space for a cell's shape.
+    shape: Vec<usize>,
 }
 
 impl Memo {
     /// The cell's values as an owned map, keys in order.
     fn values(&mut self, combo: &Combination<'_>) -> Values {
-        let shape: Vec<usize> = combo
-            .values
-            .iter()
-            .map(|(key, _, _)| key.as_ptr() as usize)
-            .collect();
-        let mut values = self
-            .shapes
-            .entry(shape)
-            .or_insert_with(|| {
-                combo
-                    .values
-                    .iter()
-                    .map(|(key, _, _)| ((*key).to_owned(), Value::Null))
-                    .collect()
-            })
-            .clone();
+        self.shape.clear();
+        self.shape
+            .extend(combo.values.iter().map(|(key, _, _)| key.as_ptr() as usize));
+        if !self.shapes.contains_key(self.shape.as_slice()) {
+            let empty = combo
+                .values
+                .iter()
+                .map(|(key, _, _)| ((*key).to_owned(), Value::Null))
+                .collect();
+            self.shapes.insert(self.shape.clone(), empty);
+        }
+        let mut values = self.shapes[self.shape.as_slice()].clone();
         for ((_, slot), (_, value, _)) in values.iter_mut().zip(&combo.values) {
             *slot = (*value).clone();
         }
@@ -1149,7 +1156,7 @@ impl Checker<'_, '_> {
             }
         };
 
-        let mut pins = Vec::new();
+        let mut pins = Vec::with_capacity(raw.packages.iter().map(|(_, names)| names.len()).sum());
         for (key, names) in &raw.packages {
             let Some(value) = cx.combo.get(&key.value) else {
                 continue;
@@ -1180,7 +1187,7 @@ impl Checker<'_, '_> {
         }
         pins.sort();
 
-        let mut env = Vec::new();
+        let mut env = Vec::with_capacity(raw.env.len());
         for (name, value) in &raw.env {
             let rendered = templates
                 .find(value)

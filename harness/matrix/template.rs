@@ -110,9 +110,21 @@ impl Template {
     /// stage. A key that a cell lacks (`Some(None)`) renders as an empty string, as on GitHub, and
     /// so does a field that its value lacks.
     pub fn render<'v>(&self, lookup: impl Fn(&str) -> Option<Option<&'v Value>>) -> String {
-        let mut out = String::new();
+        let mut out = String::with_capacity(self.size_hint());
         self.render_into(&mut out, lookup);
         out
+    }
+
+    /// A guess at the rendered length, so rendering rarely grows its string: the text, plus a
+    /// short value per placeholder.
+    pub fn size_hint(&self) -> usize {
+        self.pieces
+            .iter()
+            .map(|piece| match piece {
+                Piece::Text(text) => text.len(),
+                Piece::Key { .. } => 24,
+            })
+            .sum()
     }
 
     /// [`Template::render`], appending to `out`.
