@@ -14,7 +14,7 @@
 //! one pass instead of one error per try.
 
 use annotate_snippets::renderer::DecorStyle;
-use annotate_snippets::{AnnotationKind, Level, Renderer, Snippet};
+use annotate_snippets::{AnnotationKind, Level, Origin, Renderer, Snippet};
 use std::ops::Range;
 
 /// How bad a problem is: errors make the file unusable, warnings do not.
@@ -34,6 +34,9 @@ pub struct Diagnostic {
     /// Text shown next to the caret.
     pub label: String,
     pub help: Option<String>,
+    /// Other places that explain the problem (where a value came from, an earlier duplicate),
+    /// each underlined with `-` and its own label. Only shown when `span` is set.
+    pub secondary: Vec<(Range<usize>, String)>,
 }
 
 impl Diagnostic {
@@ -44,6 +47,7 @@ impl Diagnostic {
             span,
             label: String::new(),
             help: None,
+            secondary: Vec::new(),
         }
     }
 
@@ -66,9 +70,27 @@ impl Diagnostic {
         self
     }
 
+    /// Adds another place to point at, with its own label.
+    #[must_use]
+    pub fn secondary(mut self, span: Range<usize>, label: impl Into<String>) -> Self {
+        self.secondary.push((span, label.into()));
+        self
+    }
+
     pub fn is_error(&self) -> bool {
         self.severity == Severity::Error
     }
+}
+
+/// Orders diagnostics as a reader meets them: errors before warnings, each by position in the
+/// file, problems of the whole file last. Stable, so problems at one place keep their order.
+pub fn sort(diagnostics: &mut [Diagnostic]) {
+    diagnostics.sort_by_key(|d| {
+        (
+            !d.is_error(),
+            d.span.as_ref().map_or(usize::MAX, |span| span.start),
+        )
+    });
 }
 
 /// Renders diagnostics against the file they are about, plain text, one blank line between them.
@@ -80,15 +102,29 @@ pub fn render(path: &str, source: &str, diagnostics: &[Diagnostic]) -> String {
             Severity::Error => Level::ERROR,
             Severity::Warning => Level::WARNING,
         };
-        let span = diag.span.clone().map(|span| clamp(source, span));
-        let mut group = level.primary_title(&diag.message).element(match span {
-            Some(span) => Snippet::source(source)
-                .path(path)
-                .fold(true)
-                .annotation(AnnotationKind::Primary.span(span).label(&diag.label)),
-            // A problem of the whole file: point at its first line so the path still shows.
-            None => Snippet::source(source).path(path).fold(true),
-        });
+        let title = level.primary_title(&diag.message);
+        let mut group = match diag.span.clone() {
+            Some(span) => {
+                let mut annotations = vec![
+                    AnnotationKind::Primary
+                        .span(clamp(source, span))
+                        .label(non_empty(&diag.label)),
+                ];
+                annotations.extend(diag.secondary.iter().map(|(span, label)| {
+                    AnnotationKind::Context
+                        .span(clamp(source, span.clone()))
+                        .label(non_empty(label))
+                }));
+                title.element(
+                    Snippet::source(source)
+                        .path(path)
+                        .fold(true)
+                        .annotations(annotations),
+                )
+            }
+            // A problem of the whole file: name the file, show no line.
+            None => title.element(Origin::path(path)),
+        };
         if let Some(help) = &diag.help {
             group = group.element(Level::HELP.message(help));
         }
@@ -104,6 +140,10 @@ pub fn render(path: &str, source: &str, diagnostics: &[Diagnostic]) -> String {
         out.push('\n');
     }
     out
+}
+
+fn non_empty(label: &str) -> Option<&str> {
+    (!label.is_empty()).then_some(label)
 }
 
 /// Keeps a span inside the source and on character boundaries, so rendering never panics.
@@ -144,5 +184,48 @@ mod tests {
         let src = "é = 1\n";
         let _ = render("m.toml", src, &[Diagnostic::error("x", Some(1..100))]);
         let _ = render("m.toml", "", &[Diagnostic::error("x", Some(5..9))]);
+        let _ = render(
+            "m.toml",
+            src,
+            &[
+                Diagnostic::error("x", Some(std::ops::Range { start: 9, end: 3 }))
+                    .secondary(1..2, "y"),
+            ],
+        );
+    }
+
+    #[test]
+    fn secondary_places_and_whole_file_problems() {
+        let src = "[matrix]\na = [1, 1]\n";
+        let text = render(
+            "m.toml",
+            src,
+            &[
+                Diagnostic::error("duplicate value", Some(17..18))
+                    .label("again")
+                    .secondary(14..15, "first here"),
+                Diagnostic::error("nothing to run", None).help("add `[job]`"),
+            ],
+        );
+        assert!(text.contains("first here"), "{text}");
+        assert!(text.contains("again"), "{text}");
+        assert!(
+            text.contains("error: nothing to run\n--> m.toml\n"),
+            "{text}"
+        );
+        assert!(text.contains("2 problems found"), "{text}");
+    }
+
+    #[test]
+    fn sorts_errors_first_then_by_position() {
+        let mut diags = vec![
+            Diagnostic::warning("w", Some(0..1)),
+            Diagnostic::error("file", None),
+            Diagnostic::error("late", Some(9..10)),
+            Diagnostic::error("early", Some(2..3)),
+        ];
+        sort(&mut diags);
+        let order: Vec<_> = diags.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(order, ["early", "late", "file", "w"]);
     }
 }

@@ -6,7 +6,36 @@ use clap::Args;
 use std::io::Write;
 use std::path::PathBuf;
 
+/// Examples and exit codes: what `-h` shows below the options.
+macro_rules! check_after_help {
+    () => {
+        "\
+Examples:
+  gpucompat check matrices/nightly.toml
+  gpucompat check matrices/*.toml
+
+Exit codes:
+  0  every file is valid (warnings allowed)
+  2  at least one file has a problem, or cannot be read"
+    };
+}
+
+/// `--help` also says what the command checks and prints.
+const CHECK_AFTER_LONG_HELP: &str = concat!(
+    "Each file is read, parsed and expanded exactly as `gpucompat run` would, without running \
+     anything. Checked: TOML syntax, unknown keys (with a did-you-mean), wrong types, bad \
+     durations, `{key}` placeholders that no cell has, exclude keys that are not axes, malformed \
+     GPU specs (`sm_90`, `2xsm_90`, `sm_86+sm_89`), a matrix that expands to nothing, duplicate \
+     cells, and `[[expect]]` rules with an unknown signature or a bad version range.\n\n\
+     Problems print to stderr as `--> FILE:LINE:COLUMN` with a caret under the offending text. \
+     Warnings (an exclude entry that matches nothing, an expect rule that covers no cell) print \
+     too, but do not fail the check. A summary line per valid file goes to stdout.",
+    "\n\n",
+    check_after_help!()
+);
+
 #[derive(Debug, Args)]
+#[command(after_help = check_after_help!(), after_long_help = CHECK_AFTER_LONG_HELP)]
 pub(crate) struct CheckArgs {
     /// Matrix files to validate.
     #[arg(required = true, value_name = "FILE")]
@@ -24,11 +53,15 @@ pub(crate) fn run(args: CheckArgs) -> Result<u8, CliError> {
                     let _ = write!(stderr, "{}", loaded.warnings);
                 }
                 let plan = &loaded.plan;
+                let counted = |n: usize, what: &str| match n {
+                    1 => format!("1 {what}"),
+                    n => format!("{n} {what}s"),
+                };
                 summary.push_str(&format!(
-                    "ok: {}: {} cells, {} axes{}\n",
+                    "ok: {}: {}, {}{}\n",
                     file.display(),
-                    plan.cells.len(),
-                    plan.keys.len(),
+                    counted(plan.cells.len(), "cell"),
+                    counted(plan.keys.len(), "key"),
                     match plan
                         .cells
                         .iter()
@@ -36,6 +69,7 @@ pub(crate) fn run(args: CheckArgs) -> Result<u8, CliError> {
                         .count()
                     {
                         0 => String::new(),
+                        1 => ", 1 with a known failure".to_owned(),
                         n => format!(", {n} with known failures"),
                     }
                 ));

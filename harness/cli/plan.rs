@@ -6,7 +6,42 @@ use clap::{Args, ValueEnum};
 use serde_json::json;
 use std::path::PathBuf;
 
+/// Examples and exit codes: what `-h` shows below the options.
+macro_rules! plan_after_help {
+    () => {
+        "\
+Examples:
+  gpucompat plan matrices/nightly.toml
+  gpucompat plan matrices/nightly.toml --format github --runner-label self-hosted --runner-label gpu
+
+`--format github` prints one line, {\"include\": [...]}, for a GitHub Actions job matrix. \
+Each entry has `id` (and `cell`, the same), `runs-on` (the runner labels, one `gpu-<arch>` per \
+arch the cell needs and `gpus-<n>` when it needs several GPUs) and `gpus` (the GPU spec):
+
+  strategy:
+    matrix: ${{ fromJSON(needs.plan.outputs.matrix) }}
+  runs-on: ${{ matrix.runs-on }}
+  steps:
+    - run: gpucompat run matrices/nightly.toml --cell ${{ matrix.id }} --out run
+
+Exit codes:
+  0  planned
+  2  the matrix file is invalid"
+    };
+}
+
+/// `--help` also says what the command prints.
+const PLAN_AFTER_LONG_HELP: &str = concat!(
+    "Loads the matrix exactly as `gpucompat run` would (every problem is reported as by \
+     `gpucompat check`) and prints each cell with the GPUs it needs (from `[resources] gpus`, in \
+     CUDA_VISIBLE_DEVICES order), its engine, the `name==version` pins `[packages]` gives it, and \
+     whether an `[[expect]]` rule marks it as a known failure.",
+    "\n\n",
+    plan_after_help!()
+);
+
 #[derive(Debug, Args)]
+#[command(after_help = plan_after_help!(), after_long_help = PLAN_AFTER_LONG_HELP)]
 pub(crate) struct PlanArgs {
     /// Matrix file.
     #[arg(value_name = "FILE")]
@@ -28,7 +63,7 @@ pub(crate) enum Format {
 }
 
 pub(crate) fn run(args: PlanArgs) -> Result<u8, CliError> {
-    let plan = super::matrix::load(&args.file)?;
+    let plan = super::matrix::load_for_inspection(&args.file)?;
     let text = match args.format {
         Format::Table => table(&plan),
         Format::Github => {
@@ -37,6 +72,7 @@ pub(crate) fn run(args: PlanArgs) -> Result<u8, CliError> {
                 .iter()
                 .map(|cell| {
                     json!({
+                        "id": cell.id,
                         "cell": cell.id,
                         "runs-on": runner_labels(&args.runner_labels, cell),
                         "gpus": gpus::format(&cell.gpus),
@@ -52,6 +88,9 @@ pub(crate) fn run(args: PlanArgs) -> Result<u8, CliError> {
         }
     };
     super::print_stdout(&text)?;
+    // The process ends next; freeing every cell of a large matrix one by one would take as long
+    // as building them.
+    std::mem::forget(plan);
     Ok(exit::SUCCESS)
 }
 
@@ -77,6 +116,7 @@ fn table(plan: &Plan) -> String {
         .iter()
         .map(|cell| {
             let engine = match &cell.engine {
+                Engine::Job { command } if command.is_empty() => "-".to_owned(),
                 Engine::Job { .. } => "job".to_owned(),
                 Engine::Server(spec) => spec.kind.as_str().to_owned(),
             };
@@ -106,10 +146,17 @@ fn table(plan: &Plan) -> String {
     let pin_sets: std::collections::BTreeSet<String> =
         plan.cells.iter().map(Cell::pins_text).collect();
     text.push_str(&format!(
-        "{} cells ({} need GPUs), {} distinct pin sets\n",
+        "{} cell{} ({} need{} GPUs), {} distinct pin set{}\n",
         plan.cells.len(),
+        plural(plan.cells.len()),
         gpu_cells,
-        pin_sets.len()
+        if gpu_cells == 1 { "s" } else { "" },
+        pin_sets.len(),
+        plural(pin_sets.len()),
     ));
     text
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }

@@ -3,10 +3,14 @@
 //! Every check here records a [`Diagnostic`] and carries on, so one `gpucompat check` shows all
 //! the problems of a file. Per-cell problems (a template that renders to a bad GPU spec, a value
 //! that is not a version) are reported once per place in the file, naming the first cell.
+//!
+//! Large matrices: expansion borrows the file's values, and everything that is the same for many
+//! cells (a version's validity, a rule's verdict on a value, a parsed GPU spec) is worked out once
+//! per distinct value, so the cost per cell is building its values, id and rendered strings.
 
 use super::expand::{self, Combination, Source};
 use super::raw::{self, RawFile, RawMatrix, Sp, Span, did_you_mean};
-use super::template::{Template, value_text};
+use super::template::{Template, field, value_text};
 use super::{gpus, ids};
 use crate::diag::{self, Diagnostic};
 use crate::matrix::plan::*;
@@ -14,7 +18,7 @@ use crate::record::{ExpectationRef, Values};
 use pep440_rs::{Version, VersionSpecifiers};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -71,6 +75,12 @@ pub fn load(path: &Path) -> Result<Plan, LoadError> {
 
 /// Like [`load`], and also returns the warnings.
 pub fn load_verbose(path: &Path) -> Result<Loaded, LoadError> {
+    let (name, text, dir) = read(path)?;
+    from_str(&name, &text, path, &dir)
+}
+
+/// The file's name as given, its text, and its folder.
+fn read(path: &Path) -> Result<(String, String, PathBuf), LoadError> {
     let name = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
         path: name.clone(),
@@ -81,44 +91,77 @@ pub fn load_verbose(path: &Path) -> Result<Loaded, LoadError> {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    from_str(&name, &text, path, &dir)
+    Ok((name, text, dir))
 }
 
-/// Validates matrix text; `path` and `dir` only end up in the plan.
+/// Validates matrix text; `path` and `dir` only end up in the plan, `name` in messages.
 pub fn from_str(name: &str, text: &str, path: &Path, dir: &Path) -> Result<Loaded, LoadError> {
+    from_str_with(name, text, path, dir, Purpose::Run)
+}
+
+/// Like [`load_verbose`], for looking at a matrix rather than running it (`matrix expand`,
+/// `plan`): a file with nothing to run (no `[job]`, `[server]` or `engine`) is accepted with a
+/// warning, and its cells get an empty `job` command. Every other problem is still an error.
+pub fn load_for_inspection(path: &Path) -> Result<Loaded, LoadError> {
+    let (name, text, dir) = read(path)?;
+    from_str_with(&name, &text, path, &dir, Purpose::Inspect)
+}
+
+/// What a plan is loaded for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    Run,
+    Inspect,
+}
+
+fn from_str_with(
+    name: &str,
+    text: &str,
+    path: &Path,
+    dir: &Path,
+    purpose: Purpose,
+) -> Result<Loaded, LoadError> {
     let mut problems = Vec::new();
-    let plan = build(text, path, dir, &mut problems);
-    let (errors, warnings): (Vec<_>, Vec<_>) = problems.into_iter().partition(Diagnostic::is_error);
+    let plan = build(text, path, dir, purpose, &mut problems);
+    diag::sort(&mut problems);
+    let has_errors = problems.iter().any(Diagnostic::is_error);
     match plan {
-        Some(plan) if errors.is_empty() => Ok(Loaded {
+        Some(plan) if !has_errors => Ok(Loaded {
             plan,
-            warnings: if warnings.is_empty() {
+            warnings: if problems.is_empty() {
                 String::new()
             } else {
-                diag::render(name, text, &warnings)
+                diag::render(name, text, &problems)
             },
         }),
-        _ => {
-            let mut diagnostics = errors;
-            diagnostics.extend(warnings);
-            Err(LoadError::Invalid {
-                path: name.to_owned(),
-                text: text.to_owned(),
-                diagnostics,
-            })
-        }
+        _ => Err(LoadError::Invalid {
+            path: name.to_owned(),
+            text: text.to_owned(),
+            diagnostics: problems,
+        }),
     }
 }
 
-fn build(text: &str, path: &Path, dir: &Path, problems: &mut Vec<Diagnostic>) -> Option<Plan> {
-    let raw = raw::parse(text, problems);
+fn build(
+    text: &str,
+    path: &Path,
+    dir: &Path,
+    purpose: Purpose,
+    problems: &mut Vec<Diagnostic>,
+) -> Option<Plan> {
+    let raw = raw::parse(text, problems)?;
     let matrix = raw.matrix.as_ref()?;
     let mut cx = Checker {
         text,
         problems,
         once: HashSet::new(),
+        per_place: HashMap::new(),
+        purpose,
     };
     cx.check_keys(matrix);
+    // Checks that need no cells come first, so they are reported even when expansion fails.
+    cx.check_env_names(&raw);
+    cx.check_package_names(&raw);
 
     let axes: Vec<expand::Axis> = matrix
         .axes
@@ -142,68 +185,122 @@ fn build(text: &str, path: &Path, dir: &Path, problems: &mut Vec<Diagnostic>) ->
             })
             .collect()
     };
-    let combos = expand::expand(&axes, &plain(&matrix.exclude), &plain(&matrix.include));
+    let exclude = plain(&matrix.exclude);
+    let include = plain(&matrix.include);
+    let removes = exclude_counts(&axes, &exclude);
+    cx.check_excludes(matrix, &removes);
+    let combos = match expand::expand(&axes, &exclude, &include) {
+        Ok(combos) => combos,
+        Err(too_large) => {
+            cx.problems.push(
+                Diagnostic::error(too_large.to_string(), Some(matrix.span.clone()))
+                    .label("too many combinations")
+                    .help("split the matrix into several files, or use fewer values per axis"),
+            );
+            return None;
+        }
+    };
     if combos.is_empty() {
-        let help = if matrix.exclude.is_empty() {
-            "add at least one axis with values, or an `include` entry"
+        if matrix.incomplete {
+            // Some of the matrix was left out as invalid; that is the problem to fix first.
+            return None;
+        }
+        let mut diag = Diagnostic::error("the matrix has no cells", Some(matrix.span.clone()))
+            .label("expands to nothing");
+        diag = if matrix.exclude.is_empty() {
+            diag.help("add at least one axis with values, or an `include` entry")
         } else {
-            "`exclude` removed every combination; check its entries"
+            let total = expand::product_size(&axes).unwrap_or(0);
+            for (entry, removed) in matrix.exclude.iter().zip(&removes) {
+                diag = diag.secondary(
+                    entry.span.clone(),
+                    format!("excludes {} of {total}", removed.min(&total)),
+                );
+            }
+            diag.help("`exclude` removed every combination; check its entries")
         };
-        cx.problems.push(
-            Diagnostic::error("the matrix has no cells", Some(matrix.span.clone()))
-                .label("expands to nothing")
-                .help(help),
-        );
+        cx.problems.push(diag);
         return None;
     }
-    cx.check_duplicates(matrix, &combos);
+    if !matrix.incomplete {
+        cx.check_duplicates(matrix, &combos);
+    }
 
-    let values: Vec<Values> = combos.iter().map(Combination::plain).collect();
-    // A cell of the product is identified by its axis values alone, so keys that `include` adds
-    // (a model path, engine flags) neither lengthen ids nor change them when edited.
-    let identities: Vec<Values> = combos
+    // A cell is identified by its axis values alone, so keys that `include` adds (a model path,
+    // engine flags) neither lengthen ids nor change them when edited, and a cell an include entry
+    // created keeps its id if its values later join the axes. Only a cell with no axis value at
+    // all (a matrix of includes only) is identified by all its values.
+    let axis_position = |key: &str| axes.iter().position(|(name, _)| name == key);
+    // One flat list of identifying values, cut per cell, rather than a list per cell.
+    let mut flat: Vec<(&str, &Value)> = Vec::with_capacity(combos.len() * axes.len());
+    let mut ends: Vec<usize> = Vec::with_capacity(combos.len());
+    for combo in &combos {
+        match combo.created_by {
+            None => flat.extend(combo.values[..axes.len()].iter().map(|(k, v, _)| (*k, *v))),
+            Some(_) => {
+                let mut parts: Vec<(usize, &str, &Value)> = combo
+                    .values
+                    .iter()
+                    .filter_map(|(k, v, _)| Some((axis_position(k)?, *k, *v)))
+                    .collect();
+                parts.sort_by_key(|(position, _, _)| *position);
+                if parts.is_empty() {
+                    flat.extend(combo.values.iter().map(|(k, v, _)| (*k, *v)));
+                } else {
+                    flat.extend(parts.into_iter().map(|(_, k, v)| (k, v)));
+                }
+            }
+        }
+        ends.push(flat.len());
+    }
+    let identities: Vec<&[(&str, &Value)]> = ends
         .iter()
-        .zip(&values)
-        .map(|(combo, values)| match combo.created_by {
-            Some(_) => values.clone(),
-            None => values
-                .iter()
-                .filter(|(key, _)| axes.iter().any(|(axis, _)| axis == *key))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+        .scan(0, |start, &end| {
+            let cell = &flat[*start..end];
+            *start = end;
+            Some(cell)
         })
         .collect();
-    let cell_ids = ids::assign(&identities);
+    let cell_ids = ids::assign_parts(&identities);
+    drop(identities);
+    drop(flat);
+
     let keys = all_keys(&combos);
     let templates = Templates::collect(&raw);
     for template in &templates.all {
-        cx.check_placeholders(template, &keys);
+        cx.check_placeholders(template, &keys, &combos);
     }
-    cx.check_packages(&raw, &keys);
+    cx.check_package_keys(&raw, &keys);
     let expectations = cx.expectations(&raw, &keys);
 
     let mut cells = Vec::with_capacity(combos.len());
     let mut matched = vec![false; expectations.len()];
-    for ((combo, values), id) in combos.iter().zip(values).zip(cell_ids) {
+    let mut memo = Memo::default();
+    for (combo, id) in combos.iter().zip(cell_ids) {
         let cell_cx = CellContext {
             id: &id,
-            values: &values,
             combo,
             matrix,
         };
-        let Some(mut cell) = cx.cell(&raw, &templates, &cell_cx) else {
+        let Some(mut cell) = cx.cell(&raw, &templates, &cell_cx, &mut memo) else {
             continue;
         };
-        if let Some(index) = expectations.iter().position(|rule| rule.matches(&values)) {
+        cell.id = CellId(id);
+        let rule = expectations
+            .iter()
+            .enumerate()
+            .position(|(index, rule)| rule.matches(index, combo, &mut memo.verdicts));
+        if let Some(index) = rule {
             matched[index] = true;
             cell.expectation = Some(expectations[index].reference.clone());
         }
         cells.push(cell);
     }
+    cx.finish();
     // Only meaningful when every cell was built; otherwise "matches nothing" is noise.
     let all_built = cells.len() == combos.len();
     for (rule, matched) in expectations.iter().zip(matched) {
-        if all_built && !matched {
+        if all_built && !matched && !rule.broken && !matrix.incomplete {
             cx.problems.push(
                 Diagnostic::warning(
                     "this `[[expect]]` rule matches no cell",
@@ -259,16 +356,52 @@ fn build(text: &str, path: &Path, dir: &Path, problems: &mut Vec<Diagnostic>) ->
 }
 
 /// Every key a cell can have: axes first, then keys added by `include`, in order of appearance.
-fn all_keys(combos: &[Combination]) -> Vec<String> {
-    let mut keys: Vec<String> = Vec::new();
+fn all_keys(combos: &[Combination<'_>]) -> Vec<String> {
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut keys = Vec::new();
     for combo in combos {
-        for key in combo.values.keys() {
-            if !keys.contains(key) {
-                keys.push(key.clone());
+        for key in combo.keys() {
+            if seen.insert(key) {
+                keys.push(key.to_owned());
             }
         }
     }
     keys
+}
+
+/// For each exclude entry, how many combinations of the product it matches on its own.
+fn exclude_counts(axes: &[expand::Axis], exclude: &[expand::Entry]) -> Vec<u128> {
+    exclude
+        .iter()
+        .map(|entry| {
+            let mut count: u128 = 1;
+            for (axis_name, values) in axes {
+                let constraints: Vec<&Value> = entry
+                    .iter()
+                    .filter(|(key, _)| key == axis_name)
+                    .map(|(_, value)| value)
+                    .collect();
+                let accepted = values
+                    .iter()
+                    .filter(|value| {
+                        constraints
+                            .iter()
+                            .all(|filter| expand::filter_matches(filter, Some(value)))
+                    })
+                    .count();
+                count = count.saturating_mul(accepted as u128);
+            }
+            let missing_keys_match = entry
+                .iter()
+                .filter(|(key, _)| !axes.iter().any(|(name, _)| name == key))
+                .all(|(_, filter)| expand::filter_matches(filter, None));
+            if axes.is_empty() || !missing_keys_match {
+                0
+            } else {
+                count
+            }
+        })
+        .collect()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -344,71 +477,149 @@ impl<'a> Templates<'a> {
 
     fn get(&self, field: &Option<Sp<String>>) -> Option<&FieldTemplate<'a>> {
         let field = field.as_ref()?;
+        self.find(field)
+    }
+
+    fn find(&self, field: &Sp<String>) -> Option<&FieldTemplate<'a>> {
         self.all.iter().find(|t| std::ptr::eq(t.field, field))
     }
 }
 
 /// What one cell is rendered from.
-struct CellContext<'c> {
+struct CellContext<'c, 'm> {
     id: &'c str,
-    values: &'c Values,
-    combo: &'c Combination,
+    combo: &'c Combination<'m>,
     matrix: &'c RawMatrix,
 }
 
-impl CellContext<'_> {
+impl CellContext<'_, '_> {
     fn render(&self, template: &FieldTemplate<'_>) -> String {
-        template.parsed.render(|name| {
-            if RUNTIME_KEYS.contains(&name) && !self.values.contains_key(name) {
+        if let Some(text) = template.parsed.literal() {
+            return text.to_owned();
+        }
+        let mut out = String::with_capacity(template.parsed.size_hint());
+        self.render_into(template, &mut out);
+        out
+    }
+
+    fn render_into(&self, template: &FieldTemplate<'_>, out: &mut String) {
+        template.parsed.render_into(out, |name| {
+            let value = self.combo.get(name);
+            if value.is_none() && RUNTIME_KEYS.contains(&name) {
                 None
             } else {
-                Some(self.values.get(name).cloned())
+                Some(value)
             }
-        })
+        });
     }
 
     /// Where the cell's value for `key` was written in the file.
     fn value_span(&self, key: &str) -> Option<Span> {
-        let (_, source) = self.combo.values.get(key)?;
-        match *source {
-            Source::Axis { axis, value } => Some(self.matrix.axes[axis].1[value].span.clone()),
-            Source::Include { entry, key } => {
-                Some(self.matrix.include[entry].value[key].1.span.clone())
-            }
+        source_span(self.matrix, self.combo.source(key)?)
+    }
+}
+
+fn source_span(matrix: &RawMatrix, source: Source) -> Option<Span> {
+    match source {
+        Source::Axis { axis, value } => Some(matrix.axes.get(axis)?.1.get(value)?.span.clone()),
+        Source::Include { entry, key } => {
+            Some(matrix.include.get(entry)?.value.get(key)?.1.span.clone())
         }
+    }
+}
+
+/// Work done once per distinct value instead of once per cell.
+#[derive(Default)]
+struct Memo {
+    /// `[packages]` pins: the version a value pins, or `None` when it is not one.
+    versions: HashMap<Source, Option<String>>,
+    /// `[resources] gpus` as rendered, parsed.
+    gpus: HashMap<String, Result<Vec<String>, gpus::GpuSpecError>>,
+    /// `(rule, condition, value)`: whether a version range of a rule matches a value.
+    verdicts: HashMap<(usize, usize, Option<Source>), bool>,
+    /// Scratch space for rendering.
+    buffer: String,
+    /// An empty map for each sequence of keys (by where the key names live), cloned for each cell
+    /// with those keys: cheaper than hashing every key of every cell again.
+    shapes: HashMap<Vec<usize>, Values>,
+    /// Scratch space for a cell's shape.
+    shape: Vec<usize>,
+}
+
+impl Memo {
+    /// The cell's values as an owned map, keys in order.
+    fn values(&mut self, combo: &Combination<'_>) -> Values {
+        self.shape.clear();
+        self.shape
+            .extend(combo.values.iter().map(|(key, _, _)| key.as_ptr() as usize));
+        if !self.shapes.contains_key(self.shape.as_slice()) {
+            let empty = combo
+                .values
+                .iter()
+                .map(|(key, _, _)| ((*key).to_owned(), Value::Null))
+                .collect();
+            self.shapes.insert(self.shape.clone(), empty);
+        }
+        let mut values = self.shapes[self.shape.as_slice()].clone();
+        for ((_, slot), (_, value, _)) in values.iter_mut().zip(&combo.values) {
+            *slot = (*value).clone();
+        }
+        values
     }
 }
 
 /// A compiled `[[expect]]` rule.
 struct ExpectRule {
     span: Span,
+    /// A condition of it was reported as invalid (and left out), so "matches no cell" would be
+    /// a consequence, not news.
+    broken: bool,
     conditions: Vec<(String, Vec<Matcher>)>,
     reference: ExpectationRef,
 }
 
 impl ExpectRule {
-    fn matches(&self, values: &Values) -> bool {
-        self.conditions.iter().all(|(key, matchers)| {
-            let value = values.get(key).unwrap_or(&Value::Null);
-            matchers.iter().any(|m| m.matches(value))
-        })
+    fn matches(
+        &self,
+        index: usize,
+        combo: &Combination<'_>,
+        verdicts: &mut HashMap<(usize, usize, Option<Source>), bool>,
+    ) -> bool {
+        self.conditions
+            .iter()
+            .enumerate()
+            .all(|(condition, (key, matchers))| {
+                let value = combo.get(key);
+                let check = || matchers.iter().any(|m| m.matches(value));
+                if matchers.iter().any(|m| matches!(m, Matcher::Versions(_))) {
+                    *verdicts
+                        .entry((index, condition, combo.source(key)))
+                        .or_insert_with(check)
+                } else {
+                    check()
+                }
+            })
     }
 }
 
 enum Matcher {
+    /// Equal as `include`/`exclude` compare: GitHub's `==`, tables field by field.
     Equals(Value),
     /// `"<=0.6.8.post1"`, `">=0.6.3,<0.6.11"`: PEP 440 comparison of the cell's value.
     Versions(VersionSpecifiers),
 }
 
 impl Matcher {
-    fn matches(&self, value: &Value) -> bool {
+    /// `value` is `None` when the cell lacks the key.
+    fn matches(&self, value: Option<&Value>) -> bool {
         match self {
-            Matcher::Equals(expected) => expected == value,
-            Matcher::Versions(specifiers) => {
-                let text = value_text(value);
-                Version::from_str(&text).is_ok_and(|v| specifiers.contains(&v))
+            // A cell without the key is not covered (GitHub's `==` would read it as null).
+            Matcher::Equals(expected) => {
+                value.is_some_and(|value| expand::filter_matches(expected, Some(value)))
             }
+            Matcher::Versions(specifiers) => value.is_some_and(|value| {
+                Version::from_str(&value_text(value)).is_ok_and(|v| specifiers.contains(&v))
+            }),
         }
     }
 }
@@ -418,24 +629,59 @@ struct Checker<'t, 'p> {
     problems: &'p mut Vec<Diagnostic>,
     /// (span, message) pairs already reported, so a per-cell problem shows once.
     once: HashSet<(usize, usize, String)>,
+    /// Per place: how many different problems, and the index of the last one shown.
+    per_place: HashMap<(usize, usize), (usize, usize)>,
+    purpose: Purpose,
 }
 
+/// The most different problems shown at one place in the file.
+const MAX_PER_PLACE: usize = 3;
+
 impl Checker<'_, '_> {
+    /// Reports a problem unless the same one was reported at the same place; at most
+    /// [`MAX_PER_PLACE`] different ones per place (a template that renders badly for a thousand
+    /// values is one problem to fix, not a thousand), the rest counted by [`Checker::finish`].
     fn push_once(&mut self, diag: Diagnostic) {
         let span = diag.span.clone().unwrap_or(0..0);
-        if self
+        if !self
             .once
             .insert((span.start, span.end, diag.message.clone()))
         {
-            self.problems.push(diag);
+            return;
         }
+        if diag.span.is_some() {
+            let (count, last) = self.per_place.entry((span.start, span.end)).or_default();
+            *count += 1;
+            if *count > MAX_PER_PLACE {
+                return;
+            }
+            *last = self.problems.len();
+        }
+        self.problems.push(diag);
+    }
+
+    /// Notes, on the last problem shown at each place, how many more were left out.
+    fn finish(&mut self) {
+        for (count, last) in self.per_place.values() {
+            if *count > MAX_PER_PLACE {
+                if let Some(diag) = self.problems.get_mut(*last) {
+                    let more = count - MAX_PER_PLACE;
+                    diag.label = format!(
+                        "{} (and {more} more problem{} here)",
+                        diag.label,
+                        if more == 1 { "" } else { "s" }
+                    );
+                }
+            }
+        }
+        self.per_place.clear();
     }
 
     fn check_keys(&mut self, matrix: &RawMatrix) {
         let axis_names: Vec<&str> = matrix.axes.iter().map(|(n, _)| n.value.as_str()).collect();
-        for (name, values) in &matrix.axes {
+        for ((name, values), &written) in matrix.axes.iter().zip(&matrix.written) {
             self.check_key_name(name);
-            if values.is_empty() {
+            if written == 0 {
                 self.problems.push(
                     Diagnostic::error(
                         format!("axis `{}` has no values", name.value),
@@ -446,38 +692,110 @@ impl Checker<'_, '_> {
                 );
             }
             for (i, value) in values.iter().enumerate() {
-                if values[..i]
+                let earlier = values[..i]
                     .iter()
-                    .any(|earlier| earlier.value == value.value)
-                {
+                    .find(|earlier| earlier.value == value.value)
+                    .or_else(|| {
+                        values[..i].iter().find(|earlier| {
+                            expand::filter_matches(&earlier.value, Some(&value.value))
+                                && expand::filter_matches(&value.value, Some(&earlier.value))
+                        })
+                    });
+                let Some(earlier) = earlier else {
+                    continue;
+                };
+                if earlier.value == value.value {
                     self.problems.push(
                         Diagnostic::error(
                             format!("duplicate value {} in axis `{}`", value.value, name.value),
                             Some(value.span.clone()),
                         )
-                        .label("already listed"),
+                        .label("already listed")
+                        .secondary(earlier.span.clone(), "first listed here"),
+                    );
+                } else {
+                    self.problems.push(
+                        Diagnostic::warning(
+                            format!(
+                                "values {} and {} of axis `{}` count as equal in `include` and `exclude`",
+                                earlier.value, value.value, name.value
+                            ),
+                            Some(value.span.clone()),
+                        )
+                        .label("equal to an earlier value")
+                        .secondary(earlier.span.clone(), "this one")
+                        .help("GitHub compares strings ignoring case, and numbers with numeric strings; an entry naming one names both"),
                     );
                 }
             }
         }
+        let include_keys: Vec<&str> = matrix
+            .include
+            .iter()
+            .flat_map(|entry| entry.value.iter().map(|(k, _)| k.value.as_str()))
+            .collect();
         for entry in &matrix.exclude {
             for (key, _) in &entry.value {
-                if !axis_names.contains(&key.value.as_str()) {
-                    let mut diag = Diagnostic::error(
-                        format!("exclude key `{}` is not an axis", key.value),
-                        Some(key.span.clone()),
-                    )
-                    .label(format!("axes are: {}", axis_names.join(", ")));
-                    if let Some(near) = did_you_mean(&key.value, &axis_names) {
-                        diag = diag.help(format!("did you mean `{near}`?"));
-                    }
-                    self.problems.push(diag);
+                if axis_names.contains(&key.value.as_str()) {
+                    continue;
                 }
+                let mut diag = Diagnostic::error(
+                    format!("exclude key `{}` is not an axis", key.value),
+                    Some(key.span.clone()),
+                )
+                .label(if axis_names.is_empty() {
+                    "the matrix has no axes".to_owned()
+                } else {
+                    format!("axes are: {}", axis_names.join(", "))
+                });
+                if let Some(near) = did_you_mean(&key.value, &axis_names) {
+                    diag = diag.help(format!("did you mean `{near}`?"));
+                } else if include_keys.contains(&key.value.as_str()) {
+                    diag = diag.help(format!(
+                        "`{}` is added by `include`, which runs after `exclude`; exclude by the axes of those cells instead",
+                        key.value
+                    ));
+                }
+                self.problems.push(diag);
             }
         }
         for entry in &matrix.include {
             for (key, _) in &entry.value {
                 self.check_key_name(key);
+            }
+        }
+        // `GPUCOMPAT_<KEY>` upper-cases keys, and GitHub reads keys without case: keys that differ
+        // only in case would be one variable and one key.
+        let mut spelled: HashMap<String, &Sp<String>> = HashMap::new();
+        let all_keys = matrix.axes.iter().map(|(name, _)| name).chain(
+            matrix
+                .include
+                .iter()
+                .flat_map(|entry| entry.value.iter().map(|(k, _)| k)),
+        );
+        for key in all_keys {
+            match spelled.get(&key.value.to_ascii_lowercase()) {
+                Some(first) if first.value != key.value => {
+                    self.push_once(
+                        Diagnostic::error(
+                            format!(
+                                "keys `{}` and `{}` differ only in case",
+                                first.value, key.value
+                            ),
+                            Some(key.span.clone()),
+                        )
+                        .label("same key as an earlier one, ignoring case")
+                        .secondary(first.span.clone(), "first spelled here")
+                        .help(format!(
+                            "both would set `GPUCOMPAT_{}`; spell them the same, or rename one",
+                            key.value.to_ascii_uppercase()
+                        )),
+                    );
+                }
+                Some(_) => {}
+                None => {
+                    spelled.insert(key.value.to_ascii_lowercase(), key);
+                }
             }
         }
     }
@@ -509,35 +827,95 @@ impl Checker<'_, '_> {
         }
     }
 
-    fn check_duplicates(&mut self, matrix: &RawMatrix, combos: &[Combination]) {
-        let mut seen: HashMap<String, usize> = HashMap::new();
-        for (index, combo) in combos.iter().enumerate() {
-            let canonical = canonical(&combo.plain());
-            if let Some(&first) = seen.get(&canonical) {
-                let span = combo.created_by.map_or(matrix.span.clone(), |entry| {
-                    matrix.include[entry].span.clone()
-                });
-                self.push_once(
-                    Diagnostic::error(
-                        format!("duplicate cell {}", Value::Object(combo.plain())),
-                        Some(span),
-                    )
-                    .label(format!("same values as cell #{}", first + 1))
-                    .help("each combination may appear once; remove the repeated entry"),
-                );
-            } else {
-                seen.insert(canonical, index);
+    /// Warns about exclude entries that match no combination (a typo in a value, usually).
+    fn check_excludes(&mut self, matrix: &RawMatrix, removes: &[u128]) {
+        if matrix.incomplete {
+            return;
+        }
+        let axis_names: Vec<&str> = matrix.axes.iter().map(|(n, _)| n.value.as_str()).collect();
+        for (entry, &removed) in matrix.exclude.iter().zip(removes) {
+            let all_axes = entry
+                .value
+                .iter()
+                .all(|(key, _)| axis_names.contains(&key.value.as_str()));
+            let empty_axis = matrix.axes.iter().any(|(_, values)| values.is_empty());
+            if removed == 0 && all_axes && !empty_axis && !entry.value.is_empty() {
+                let mut diag = Diagnostic::warning(
+                    "this `exclude` entry matches no combination",
+                    Some(entry.span.clone()),
+                )
+                .label("excludes nothing");
+                // Point at the first value that no axis value equals.
+                for (key, value) in &entry.value {
+                    let Some((_, values)) = matrix.axes.iter().find(|(n, _)| n.value == key.value)
+                    else {
+                        continue;
+                    };
+                    if !values
+                        .iter()
+                        .any(|v| expand::filter_matches(&value.value, Some(&v.value)))
+                    {
+                        diag = diag.secondary(
+                            value.span.clone(),
+                            format!("no value of axis `{}` is {}", key.value, value.value),
+                        );
+                        break;
+                    }
+                }
+                self.problems.push(diag);
             }
         }
     }
 
-    fn check_placeholders(&mut self, template: &FieldTemplate<'_>, keys: &[String]) {
+    /// Cells an include entry created that another one already created. (Cells of the product
+    /// repeat only when an axis repeats a value, which `check_keys` reports.)
+    fn check_duplicates(&mut self, matrix: &RawMatrix, combos: &[Combination<'_>]) {
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for combo in combos {
+            let Some(entry) = combo.created_by else {
+                continue;
+            };
+            let plain = combo.plain();
+            let sorted: std::collections::BTreeMap<_, _> = plain.iter().collect();
+            let canonical = serde_json::to_string(&sorted).unwrap_or_default();
+            let Some(span) = matrix.include.get(entry).map(|e| e.span.clone()) else {
+                continue;
+            };
+            match seen.get(&canonical) {
+                Some(&first) => {
+                    let mut diag = Diagnostic::error(
+                        format!("duplicate cell {}", Value::Object(plain)),
+                        Some(span),
+                    )
+                    .label("this `include` entry repeats an earlier one")
+                    .help("each combination may appear once; remove the repeated entry");
+                    if let Some(first) = matrix.include.get(first) {
+                        diag = diag.secondary(first.span.clone(), "first created here");
+                    }
+                    self.push_once(diag);
+                }
+                None => {
+                    seen.insert(canonical, entry);
+                }
+            }
+        }
+    }
+
+    fn check_placeholders(
+        &mut self,
+        template: &FieldTemplate<'_>,
+        keys: &[String],
+        combos: &[Combination<'_>],
+    ) {
         for placeholder in template.parsed.placeholders() {
             let name = placeholder.name;
+            let span = inner_span(self.text, template.field, placeholder.at.clone());
             if keys.iter().any(|k| k == name) {
+                if !placeholder.path.is_empty() {
+                    self.check_field_path(name, placeholder.path, span, combos);
+                }
                 continue;
             }
-            let span = inner_span(self.text, template.field, placeholder.at.clone());
             if RUNTIME_KEYS.contains(&name) {
                 if template.scope == Scope::Cell {
                     self.push_once(
@@ -561,8 +939,65 @@ impl Checker<'_, '_> {
         }
     }
 
-    fn check_packages(&mut self, raw: &RawFile, keys: &[String]) {
-        for (key, names) in &raw.packages {
+    /// `{key.field}`: some cell's value for `key` must have that field, or the placeholder is a
+    /// typo that would render empty everywhere.
+    fn check_field_path(
+        &mut self,
+        name: &str,
+        path: &[String],
+        span: Span,
+        combos: &[Combination<'_>],
+    ) {
+        fn reach<'v>(value: &'v Value, path: &[String]) -> Option<&'v Value> {
+            path.iter()
+                .try_fold(value, |value, part| field(value, part))
+        }
+        let Some((last, parent)) = path.split_last() else {
+            return;
+        };
+        if combos
+            .iter()
+            .filter_map(|c| c.get(name))
+            .any(|value| reach(value, path).is_some())
+        {
+            return;
+        }
+        // Name the fields that the deepest reachable level does have.
+        let mut fields: BTreeSet<&str> = BTreeSet::new();
+        for value in combos.iter().filter_map(|c| c.get(name)) {
+            if let Some(Value::Object(map)) = reach(value, parent) {
+                fields.extend(map.keys().map(String::as_str));
+            }
+            if fields.len() > 50 {
+                break;
+            }
+        }
+        let full = format!("{name}.{}", path.join("."));
+        let mut diag = Diagnostic::error(format!("no cell has a field `{full}`"), Some(span));
+        if fields.is_empty() {
+            let what = if parent.is_empty() {
+                format!("`{name}`")
+            } else {
+                format!("`{name}.{}`", parent.join("."))
+            };
+            diag = diag
+                .label(format!("no value of {what} is a table"))
+                .help(format!("`{{key.field}}` reaches into table values; write `{{{name}}}` for the value itself"));
+        } else {
+            let candidates: Vec<&str> = fields.into_iter().collect();
+            diag = diag.label(format!("fields are: {}", candidates.join(", ")));
+            if let Some(near) = did_you_mean(last, &candidates) {
+                let mut fixed: Vec<&str> = vec![name];
+                fixed.extend(parent.iter().map(String::as_str));
+                fixed.push(near);
+                diag = diag.help(format!("did you mean `{{{}}}`?", fixed.join(".")));
+            }
+        }
+        self.push_once(diag);
+    }
+
+    fn check_package_keys(&mut self, raw: &RawFile, keys: &[String]) {
+        for (key, _) in &raw.packages {
             if !keys.contains(&key.value) {
                 let candidates: Vec<&str> = keys.iter().map(String::as_str).collect();
                 let mut diag = Diagnostic::error(
@@ -575,6 +1010,11 @@ impl Checker<'_, '_> {
                 }
                 self.problems.push(diag);
             }
+        }
+    }
+
+    fn check_package_names(&mut self, raw: &RawFile) {
+        for (_, names) in &raw.packages {
             for name in names {
                 let ok = !name.value.is_empty()
                     && name
@@ -594,10 +1034,34 @@ impl Checker<'_, '_> {
         }
     }
 
+    fn check_env_names(&mut self, raw: &RawFile) {
+        for (name, _) in &raw.env {
+            let valid = name
+                .value
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name
+                    .value
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                self.problems.push(
+                    Diagnostic::error(
+                        format!("`{}` is not an environment variable name", name.value),
+                        Some(name.span.clone()),
+                    )
+                    .label("use letters, digits and `_`, not starting with a digit"),
+                );
+            }
+        }
+    }
+
     fn expectations(&mut self, raw: &RawFile, keys: &[String]) -> Vec<ExpectRule> {
         let mut rules = Vec::new();
         for expect in &raw.expect {
             let mut conditions = Vec::new();
+            let reported = self.problems.len();
             for (key, values) in &expect.when {
                 if !keys.contains(&key.value) {
                     let names: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -615,14 +1079,30 @@ impl Checker<'_, '_> {
                 let mut matchers = Vec::new();
                 for value in values {
                     match &value.value {
-                        Value::String(s) if s.starts_with(['<', '>', '=', '!', '~']) => {
+                        Value::String(s)
+                            if s.trim_start().starts_with(['<', '>', '=', '!', '~']) =>
+                        {
                             match VersionSpecifiers::from_str(s) {
                                 Ok(spec) => matchers.push(Matcher::Versions(spec)),
-                                Err(err) => self.problems.push(
-                                    Diagnostic::error("invalid version range", Some(value.span.clone()))
-                                        .label(err.to_string().lines().next().unwrap_or_default().to_owned())
-                                        .help("write PEP 440 specifiers, e.g. \"<=0.6.8.post1\" or \">=0.6.3,<0.6.11\""),
-                                ),
+                                Err(err) => {
+                                    let (label, at) = version_error(&err.to_string());
+                                    let span = match at {
+                                        Some(at) => inner_span(
+                                            self.text,
+                                            &Sp {
+                                                value: s.clone(),
+                                                span: value.span.clone(),
+                                            },
+                                            at,
+                                        ),
+                                        None => value.span.clone(),
+                                    };
+                                    self.problems.push(
+                                        Diagnostic::error(format!("invalid version range \"{s}\""), Some(span))
+                                            .label(label)
+                                            .help("write PEP 440 specifiers, e.g. \"<=0.6.8.post1\" or \">=0.6.3,<0.6.11\""),
+                                    );
+                                }
                             }
                         }
                         other => matchers.push(Matcher::Equals(other.clone())),
@@ -632,6 +1112,7 @@ impl Checker<'_, '_> {
             }
             rules.push(ExpectRule {
                 span: expect.span.clone(),
+                broken: self.problems.len() > reported,
                 conditions,
                 reference: ExpectationRef {
                     signature: expect.signature.as_ref().map(|s| s.value),
@@ -648,104 +1129,68 @@ impl Checker<'_, '_> {
         &mut self,
         raw: &RawFile,
         templates: &Templates<'_>,
-        cx: &CellContext<'_>,
+        cx: &CellContext<'_, '_>,
+        memo: &mut Memo,
     ) -> Option<Cell> {
         let mut ok = true;
         let gpus = match templates.get(&raw.gpus) {
             None => Vec::new(),
             Some(t) => {
-                let spec = cx.render(t);
-                match gpus::parse(&spec) {
-                    Ok(gpus) => gpus,
+                let mut spec = std::mem::take(&mut memo.buffer);
+                spec.clear();
+                cx.render_into(t, &mut spec);
+                if !memo.gpus.contains_key(spec.as_str()) {
+                    memo.gpus.insert(spec.clone(), gpus::parse(&spec));
+                }
+                let parsed = &memo.gpus[spec.as_str()];
+                memo.buffer = spec;
+                match parsed {
+                    Ok(gpus) => gpus.clone(),
                     Err(err) => {
                         ok = false;
-                        let span = inner_span(self.text, t.field, 0..t.field.value.len());
-                        self.push_once(
-                            Diagnostic::error(
-                                format!("malformed GPU spec in cell `{}`", cx.id),
-                                Some(span),
-                            )
-                            .label(err.to_string()),
-                        );
+                        let err = err.to_string();
+                        self.bad_gpu_spec(t, cx, err);
                         Vec::new()
                     }
                 }
             }
         };
 
-        let mut pins = Vec::new();
+        let mut pins = Vec::with_capacity(raw.packages.iter().map(|(_, names)| names.len()).sum());
         for (key, names) in &raw.packages {
-            let Some(value) = cx.values.get(&key.value) else {
+            let Some(value) = cx.combo.get(&key.value) else {
                 continue;
             };
-            let version = match value {
-                Value::String(s) if s.is_empty() => continue,
-                Value::String(_) | Value::Number(_) => value_text(value),
-                _ => {
-                    ok = false;
-                    self.push_once(
-                        Diagnostic::error(
-                            format!(
-                                "`{}` is a package version, so its values must be strings",
-                                key.value
-                            ),
-                            cx.value_span(&key.value),
-                        )
-                        .label("not a version"),
-                    );
-                    continue;
+            let version = match cx.combo.source(&key.value) {
+                Some(source) => match memo.versions.get(&source) {
+                    Some(version) => version.clone(),
+                    None => {
+                        let version = self.pin_version(key, value, cx);
+                        memo.versions.insert(source, version.clone());
+                        version
+                    }
+                },
+                None => self.pin_version(key, value, cx),
+            };
+            match version {
+                Some(version) if version.is_empty() => {}
+                Some(version) => {
+                    for name in names {
+                        pins.push(Pin {
+                            name: name.value.clone(),
+                            version: version.clone(),
+                        });
+                    }
                 }
-            };
-            if Version::from_str(&version).is_err() {
-                ok = false;
-                self.push_once(
-                    Diagnostic::error(
-                        format!(
-                            "`{version}` is not a PEP 440 version (pinned by `[packages]` `{}`)",
-                            key.value
-                        ),
-                        cx.value_span(&key.value),
-                    )
-                    .label("not a version")
-                    .help("write a version such as \"0.6.8.post1\""),
-                );
-                continue;
-            }
-            for name in names {
-                pins.push(Pin {
-                    name: name.value.clone(),
-                    version: version.clone(),
-                });
+                None => ok = false,
             }
         }
         pins.sort();
 
-        let mut env = Vec::new();
+        let mut env = Vec::with_capacity(raw.env.len());
         for (name, value) in &raw.env {
-            let valid = name
-                .value
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                && name
-                    .value
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !valid {
-                ok = false;
-                self.push_once(
-                    Diagnostic::error(
-                        format!("`{}` is not an environment variable name", name.value),
-                        Some(name.span.clone()),
-                    )
-                    .label("use letters, digits and `_`, not starting with a digit"),
-                );
-                continue;
-            }
             let rendered = templates
-                .all
-                .iter()
-                .find(|t| std::ptr::eq(t.field, value))
+                .find(value)
                 .map_or_else(|| value.value.clone(), |t| cx.render(t));
             if !rendered.is_empty() {
                 env.push((name.value.clone(), rendered));
@@ -770,9 +1215,9 @@ impl Checker<'_, '_> {
                 );
             }
         }
-        let cache_field = common.and_then(|c| c.cache.as_ref());
-        let cache = match cache_field
-            .and_then(|f| templates.all.iter().find(|t| std::ptr::eq(t.field, f)))
+        let cache = match common
+            .and_then(|c| c.cache.as_ref())
+            .and_then(|f| templates.find(f))
         {
             None => CacheMode::Warm,
             Some(t) => match cx.render(t).as_str() {
@@ -781,8 +1226,11 @@ impl Checker<'_, '_> {
                 other => {
                     ok = false;
                     self.push_once(
-                        Diagnostic::error(format!("`cache` must be \"warm\" or \"cold\", found \"{other}\" in cell `{}`", cx.id), Some(t.field.span.clone()))
-                            .label("unknown cache mode"),
+                        Diagnostic::error(
+                            format!("`cache` must be \"warm\" or \"cold\", found \"{other}\""),
+                            Some(t.field.span.clone()),
+                        )
+                        .label(format!("unknown cache mode (cell `{}`)", cx.id)),
                     );
                     CacheMode::Warm
                 }
@@ -795,8 +1243,9 @@ impl Checker<'_, '_> {
             .map(|t| PathBuf::from(cx.render(t)))
             .filter(|p| !p.as_os_str().is_empty());
         ok.then(|| Cell {
-            id: CellId(cx.id.to_owned()),
-            values: cx.values.clone(),
+            // The caller moves the id in.
+            id: CellId(String::new()),
+            values: memo.values(cx.combo),
             gpus,
             pins,
             env,
@@ -809,12 +1258,79 @@ impl Checker<'_, '_> {
         })
     }
 
+    /// The version a `[packages]` key's value pins (`Some("")` for no pin), or `None` after
+    /// reporting why it is not a version.
+    fn pin_version(
+        &mut self,
+        key: &Sp<String>,
+        value: &Value,
+        cx: &CellContext<'_, '_>,
+    ) -> Option<String> {
+        let version = match value {
+            Value::String(s) if s.is_empty() => return Some(String::new()),
+            Value::String(_) | Value::Number(_) => value_text(value),
+            _ => {
+                self.push_once(
+                    Diagnostic::error(
+                        format!(
+                            "`{}` is a package version, so its values must be strings",
+                            key.value
+                        ),
+                        cx.value_span(&key.value),
+                    )
+                    .label("not a version")
+                    .secondary(key.span.clone(), "pinned by `[packages]` here"),
+                );
+                return None;
+            }
+        };
+        if Version::from_str(&version).is_err() {
+            self.push_once(
+                Diagnostic::error(
+                    format!("`{version}` is not a PEP 440 version"),
+                    cx.value_span(&key.value),
+                )
+                .label("not a version")
+                .secondary(key.span.clone(), "pinned by `[packages]` here")
+                .help("write a version such as \"0.6.8.post1\""),
+            );
+            return None;
+        }
+        Some(version)
+    }
+
+    /// `[resources] gpus` rendered to something that is not a GPU spec. When the template is one
+    /// placeholder, the culprit is the value it came from: point there.
+    fn bad_gpu_spec(&mut self, t: &FieldTemplate<'_>, cx: &CellContext<'_, '_>, err: String) {
+        let template_span = inner_span(self.text, t.field, 0..t.field.value.len());
+        let mut placeholders = t.parsed.placeholders();
+        let single = match (placeholders.next(), placeholders.next()) {
+            (Some(p), None) if p.at == (0..t.field.value.len()) && p.path.is_empty() => {
+                Some(p.name)
+            }
+            _ => None,
+        };
+        let diag = match single.and_then(|key| cx.value_span(key)) {
+            Some(value_span) => Diagnostic::error("malformed GPU spec", Some(value_span))
+                .label(err)
+                .secondary(template_span, "used as `[resources] gpus` here")
+                .help("a GPU spec is an arch (`sm_90`), a count of one (`2xsm_90`), or several joined by `+` (`sm_86+sm_89`)"),
+            None => Diagnostic::error(
+                format!("`[resources] gpus` renders to a malformed GPU spec: {err}"),
+                Some(template_span),
+            )
+            .label(format!("in cell `{}`", cx.id))
+            .help("a GPU spec is an arch (`sm_90`), a count of one (`2xsm_90`), or several joined by `+` (`sm_86+sm_89`)"),
+        };
+        self.push_once(diag);
+    }
+
     /// Chooses the cell's engine and renders its settings.
     fn engine<'r>(
         &mut self,
         raw: &'r RawFile,
         templates: &Templates<'_>,
-        cx: &CellContext<'_>,
+        cx: &CellContext<'_, '_>,
     ) -> Option<(Engine, Option<&'r raw::RawCommon>)> {
         let name = match templates.get(&raw.engine) {
             Some(t) => cx.render(t),
@@ -829,13 +1345,14 @@ impl Checker<'_, '_> {
                     return None;
                 }
                 (None, None) => {
-                    self.push_once(
-                        Diagnostic::error(
-                            "nothing to run: the file has no `[job]`, `[server]` or `engine`",
-                            None,
-                        )
-                        .help("add `[job]` with `command = \"...\"` (exit 0 = pass)"),
-                    );
+                    let message = "nothing to run: the file has no `[job]`, `[server]` or `engine`";
+                    let help = "add `[job]` with `command = \"...\"` (exit 0 = pass)";
+                    if self.purpose == Purpose::Inspect {
+                        self.push_once(Diagnostic::warning(message, None).help(help));
+                        let command = String::new();
+                        return Some((Engine::Job { command }, None));
+                    }
+                    self.push_once(Diagnostic::error(message, None).help(help));
                     return None;
                 }
             },
@@ -844,17 +1361,19 @@ impl Checker<'_, '_> {
             let Some(job) = &raw.job else {
                 self.push_once(
                     Diagnostic::error(
-                        format!(
-                            "cell `{}` uses engine `job`, but there is no `[job]`",
-                            cx.id
-                        ),
+                        "engine `job` needs a `[job]` table",
                         raw.engine.as_ref().map(|e| e.span.clone()),
                     )
-                    .label("needs `[job] command`"),
+                    .label(format!("cell `{}` uses engine `job`", cx.id))
+                    .help("add `[job]` with `command = \"...\"` (exit 0 = pass)"),
                 );
                 return None;
             };
             let Some(command) = templates.get(&job.command) else {
+                if job.command_written {
+                    // Wrong type or misspelled: reported where it is written.
+                    return None;
+                }
                 self.push_once(
                     Diagnostic::error("`[job]` needs `command`", Some(job.span.clone()))
                         .label("no command")
@@ -877,10 +1396,10 @@ impl Checker<'_, '_> {
             let mut names: Vec<&str> = ServerKind::NAMES.iter().map(|(n, _)| *n).collect();
             names.insert(0, "job");
             let mut diag = Diagnostic::error(
-                format!("unknown engine `{name}` in cell `{}`", cx.id),
+                format!("unknown engine `{name}`"),
                 raw.engine.as_ref().map(|e| e.span.clone()),
             )
-            .label(format!("engines: {}", names.join(", ")));
+            .label(format!("engines: {} (cell `{}`)", names.join(", "), cx.id));
             if let Some(near) = did_you_mean(&name, &names) {
                 diag = diag.help(format!("did you mean `{near}`?"));
             }
@@ -893,6 +1412,9 @@ impl Checker<'_, '_> {
             Some(cx.render(t)).filter(|s| !s.is_empty())
         };
         if kind == ServerKind::Generic && server.and_then(|s| s.command.as_ref()).is_none() {
+            if server.is_some_and(|s| s.command_written) {
+                return None;
+            }
             self.push_once(
                 Diagnostic::error("engine `server` needs `[server] command`", server.map(|s| s.span.clone()))
                     .label("no command")
@@ -907,8 +1429,11 @@ impl Checker<'_, '_> {
                 _ => {
                     let span = field.and_then(|f| f.as_ref()).map(|f| f.span.clone());
                     self.push_once(
-                        Diagnostic::error(format!("`{what}` must be a positive whole number, found \"{text}\" in cell `{}`", cx.id), span)
-                            .label("not a number"),
+                        Diagnostic::error(
+                            format!("`{what}` must be a positive whole number, found \"{text}\""),
+                            span,
+                        )
+                        .label(format!("not a number (cell `{}`)", cx.id)),
                     );
                     None
                 }
@@ -940,14 +1465,8 @@ impl Checker<'_, '_> {
             if let (Some(field), Some(text)) = (field, text) {
                 if let Err(err) = regex::Regex::new(text) {
                     self.push_once(
-                        Diagnostic::error("invalid regex", Some(field.span.clone())).label(
-                            err.to_string()
-                                .lines()
-                                .last()
-                                .unwrap_or_default()
-                                .trim()
-                                .to_owned(),
-                        ),
+                        Diagnostic::error("invalid regex", Some(field.span.clone()))
+                            .label(raw::last_line(&err.to_string())),
                     );
                     return None;
                 }
@@ -957,10 +1476,22 @@ impl Checker<'_, '_> {
     }
 }
 
-/// Canonical text of a cell's values (keys sorted), for duplicate detection.
-fn canonical(values: &Values) -> String {
-    let sorted: std::collections::BTreeMap<_, _> = values.iter().collect();
-    serde_json::to_string(&sorted).unwrap_or_default()
+/// What a PEP 440 parse error says, and which part of the text it points at. Its text is
+/// "Failed to parse version: WHAT:", then the text, then carets under the part.
+fn version_error(text: &str) -> (String, Option<std::ops::Range<usize>>) {
+    let mut lines = text.lines();
+    let what = lines
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("Failed to parse version: ")
+        .trim_end_matches(':')
+        .to_owned();
+    let line = lines.next().unwrap_or_default();
+    let carets = lines.next().unwrap_or_default();
+    let start = carets.len() - carets.trim_start().len();
+    let end = carets.trim_end().len();
+    let at = (line.is_ascii() && start < end && end <= line.len()).then_some(start..end);
+    (what, at)
 }
 
 /// The span of `at` (a range in a string's value) in the file, when the string is written plainly

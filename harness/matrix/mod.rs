@@ -14,6 +14,7 @@ mod raw;
 pub mod template;
 
 pub use load::{
-    DEFAULT_NO_PROGRESS, DEFAULT_TIMEOUT, LoadError, Loaded, from_str, load, load_verbose,
+    DEFAULT_NO_PROGRESS, DEFAULT_TIMEOUT, LoadError, Loaded, from_str, load, load_for_inspection,
+    load_verbose,
 };
 pub use plan::*;

@@ -51,8 +51,13 @@ pub(crate) struct RawFile {
 pub(crate) struct RawMatrix {
     pub(crate) span: Span,
     pub(crate) axes: Vec<(Sp<String>, Vec<Sp<Value>>)>,
+    /// How many values each axis has as written (some may have been left out as invalid).
+    pub(crate) written: Vec<usize>,
     pub(crate) include: Vec<Sp<RawCombo>>,
     pub(crate) exclude: Vec<Sp<RawCombo>>,
+    /// Something in `[matrix]` was invalid and left out (already reported): what it expands to
+    /// is not what the user wrote, so conclusions about the expansion are left unsaid.
+    pub(crate) incomplete: bool,
 }
 
 /// Settings every engine shares.
@@ -67,6 +72,8 @@ pub(crate) struct RawCommon {
 pub(crate) struct RawJob {
     pub(crate) span: Span,
     pub(crate) command: Option<Sp<String>>,
+    /// `command` is written, maybe with a wrong type or misspelled (already reported then).
+    pub(crate) command_written: bool,
     pub(crate) common: RawCommon,
 }
 
@@ -74,6 +81,8 @@ pub(crate) struct RawJob {
 pub(crate) struct RawServer {
     pub(crate) span: Span,
     pub(crate) command: Option<Sp<String>>,
+    /// As [`RawJob::command_written`].
+    pub(crate) command_written: bool,
     pub(crate) model: Option<Sp<String>>,
     /// Integer or template; checked per cell once rendered.
     pub(crate) tp: Option<Sp<String>>,
@@ -169,19 +178,59 @@ const PYTHON_KEYS: &[&str] = &[
 ];
 
 /// Parses `source` into a [`RawFile`], pushing every problem found onto `problems`.
-pub(crate) fn parse(source: &str, problems: &mut Vec<Diagnostic>) -> RawFile {
+///
+/// A file with TOML syntax errors gets no [`RawFile`]: what the parser recovered is not reliable
+/// enough to check the matrix against (an unclosed bracket swallows the lines after it). Its
+/// syntax errors are reported, the first of each line, together with the problems the walk finds
+/// on other lines (unknown keys, wrong types), so a user still sees everything that is certainly
+/// wrong, and nothing that only follows from the syntax error.
+pub(crate) fn parse(source: &str, problems: &mut Vec<Diagnostic>) -> Option<RawFile> {
     let (root, errors) = DeTable::parse_recoverable(source);
-    for err in errors {
-        problems.push(
+    let mut syntax: Vec<Diagnostic> = errors
+        .iter()
+        .map(|err| {
             Diagnostic::error(
                 format!("invalid TOML: {}", err.message().trim()),
                 err.span(),
             )
-            .label("here"),
-        );
+            .label("here")
+        })
+        .collect();
+    let mut found = Vec::new();
+    let mut walker = Walker {
+        problems: &mut found,
+    };
+    let file = walker.file(root.get_ref());
+    if syntax.is_empty() {
+        problems.append(&mut found);
+        return Some(file);
     }
-    let mut walker = Walker { problems };
-    walker.file(root.get_ref(), root.span())
+    let line = |diag: &Diagnostic| diag.span.as_ref().map(|span| line_of(source, span.start));
+    syntax.sort_by_key(|d| d.span.as_ref().map_or(0, |s| s.start));
+    let mut bad_lines: Vec<usize> = Vec::new();
+    for diag in syntax {
+        let at = line(&diag).unwrap_or(0);
+        if !bad_lines.contains(&at) {
+            bad_lines.push(at);
+            problems.push(diag);
+        }
+    }
+    problems.extend(
+        found
+            .into_iter()
+            .filter(|diag| line(diag).is_some_and(|at| !bad_lines.contains(&at))),
+    );
+    None
+}
+
+/// 0-based line of a byte offset.
+fn line_of(source: &str, offset: usize) -> usize {
+    source
+        .as_bytes()
+        .iter()
+        .take(offset)
+        .filter(|&&b| b == b'\n')
+        .count()
 }
 
 struct Walker<'p> {
@@ -191,7 +240,7 @@ struct Walker<'p> {
 type Item<'i> = Spanned<DeValue<'i>>;
 
 impl Walker<'_> {
-    fn file(&mut self, root: &DeTable<'_>, span: Span) -> RawFile {
+    fn file(&mut self, root: &DeTable<'_>) -> RawFile {
         self.unknown_keys(root, "the top level", TOP_KEYS);
         let mut file = RawFile::default();
         for (key, item) in root {
@@ -225,6 +274,14 @@ impl Walker<'_> {
                         for (axis, value) in table {
                             let what = format!("{} in [packages]", axis.get_ref());
                             let names = self.string_list(value, &what);
+                            if matches!(value.get_ref(), DeValue::Array(items) if items.is_empty())
+                            {
+                                self.problems.push(
+                                    Diagnostic::error(format!("{what} is an empty list"), Some(value.span()))
+                                        .label("pins no package")
+                                        .help("name the packages this key's values are versions of, e.g. `flashinfer = [\"flashinfer-python\", \"flashinfer-cubin\"]`"),
+                                );
+                            }
                             file.packages
                                 .push((Sp::new(axis.get_ref().to_string(), axis.span()), names));
                         }
@@ -240,9 +297,9 @@ impl Walker<'_> {
                 _ => {}
             }
         }
-        if file.matrix.is_none() {
+        if !root.contains_key("matrix") {
             self.problems.push(
-                Diagnostic::error("missing `[matrix]` table", Some(span.start..span.start))
+                Diagnostic::error("missing `[matrix]` table", None)
                     .help("a matrix file needs a `[matrix]` table with at least one axis, e.g. `flashinfer = [\"0.6.3\", \"0.6.8.post1\"]`"),
             );
         }
@@ -251,6 +308,7 @@ impl Walker<'_> {
 
     fn matrix(&mut self, item: &Item<'_>) -> Option<RawMatrix> {
         let table = self.table(item, "[matrix]")?;
+        let reported = self.problems.len();
         let mut matrix = RawMatrix {
             span: item.span(),
             ..RawMatrix::default()
@@ -282,6 +340,7 @@ impl Walker<'_> {
                         continue;
                     };
                     let what = format!("axis `{name}`");
+                    matrix.written.push(values.len());
                     let values = values
                         .iter()
                         .filter_map(|v| self.matrix_value(v, &what))
@@ -292,6 +351,7 @@ impl Walker<'_> {
                 }
             }
         }
+        matrix.incomplete = self.problems.len() > reported;
         Some(matrix)
     }
 
@@ -332,12 +392,19 @@ impl Walker<'_> {
             DeValue::Integer(i) => Value::from(self.integer(i, item.span())?),
             DeValue::Boolean(b) => Value::Bool(*b),
             DeValue::Table(table) => {
-                let mut map = serde_json::Map::new();
+                // Check every field, so each bad one is reported.
+                let mut map = Some(serde_json::Map::new());
                 for (key, value) in table {
-                    let inner = self.matrix_value(value, what)?;
-                    map.insert(key.get_ref().to_string(), inner.value);
+                    match self.matrix_value(value, what) {
+                        Some(inner) => {
+                            if let Some(map) = &mut map {
+                                map.insert(key.get_ref().to_string(), inner.value);
+                            }
+                        }
+                        None => map = None,
+                    }
                 }
-                Value::Object(map)
+                Value::Object(map?)
             }
             DeValue::Float(f) => {
                 self.problems.push(
@@ -409,6 +476,7 @@ impl Walker<'_> {
             command: table
                 .get("command")
                 .and_then(|v| self.string(v, "command in [job]")),
+            command_written: command_written(table),
             common: self.common(table, "[job]"),
         })
     }
@@ -423,6 +491,7 @@ impl Walker<'_> {
         };
         let mut server = RawServer {
             span: item.span(),
+            command_written: command_written(table),
             command: s("command"),
             model: s("model"),
             args: s("args"),
@@ -512,9 +581,27 @@ impl Walker<'_> {
                 ),
                 Some(value) => {
                     if let Some(conditions) = self.table(value, "`when` in [[expect]]") {
+                        if conditions.is_empty() {
+                            self.problems.push(
+                                Diagnostic::error("`when` is empty", Some(value.span()))
+                                    .label("this would mark every cell as a known failure")
+                                    .help("name the cells: `when = { gpu = \"sm_110\" }`"),
+                            );
+                        }
                         for (key, cond) in conditions {
                             let what = format!("`{}` in `when`", key.get_ref());
                             let values = match cond.get_ref() {
+                                DeValue::Array(items) if items.is_empty() => {
+                                    self.problems.push(
+                                        Diagnostic::error(
+                                            format!("{what} is an empty list"),
+                                            Some(cond.span()),
+                                        )
+                                        .label("matches no value")
+                                        .help("list the values this rule covers, or remove the key"),
+                                    );
+                                    Vec::new()
+                                }
                                 DeValue::Array(items) => items
                                     .iter()
                                     .filter_map(|v| self.matrix_value(v, &what))
@@ -533,6 +620,19 @@ impl Walker<'_> {
             let link = table
                 .get("link")
                 .and_then(|v| self.string(v, "link in [[expect]]"));
+            if let Some(link) = &link {
+                let url = link.value.trim();
+                let rest = url
+                    .strip_prefix("https://")
+                    .or_else(|| url.strip_prefix("http://"));
+                if rest.is_none_or(|rest| rest.is_empty() || rest.contains(char::is_whitespace)) {
+                    self.problems.push(
+                        Diagnostic::error("`link` is not a URL", Some(link.span.clone()))
+                            .label("expected an http(s) address")
+                            .help("link the upstream issue, e.g. \"https://github.com/flashinfer-ai/flashinfer/issues/3134\""),
+                    );
+                }
+            }
             let reason = table
                 .get("reason")
                 .and_then(|v| self.string(v, "reason in [[expect]]"));
@@ -570,9 +670,20 @@ impl Walker<'_> {
                 .required_string(table, "signature", "[[rules]]", entry.span())
                 .and_then(|name| self.signature_name(name));
             let precedence = table.get("precedence").and_then(|v| match v.get_ref() {
-                DeValue::Integer(i) => self
-                    .integer(i, v.span())
-                    .and_then(|n| i32::try_from(n).ok()),
+                DeValue::Integer(i) => {
+                    let n = self.integer(i, v.span())?;
+                    let fits = i32::try_from(n).ok();
+                    if fits.is_none() {
+                        self.problems.push(
+                            Diagnostic::error(
+                                format!("precedence in [[rules]]: {n} is out of range"),
+                                Some(v.span()),
+                            )
+                            .label("expected a whole number from -2147483648 to 2147483647"),
+                        );
+                    }
+                    fits
+                }
                 _ => {
                     self.type_error(v, "precedence in [[rules]]", "an integer");
                     None
@@ -591,7 +702,7 @@ impl Walker<'_> {
                 if let Err(err) = regex::Regex::new(&pattern.value) {
                     self.problems.push(
                         Diagnostic::error("invalid regex in `pattern`", Some(pattern.span.clone()))
-                            .label(first_line(&err.to_string())),
+                            .label(last_line(&err.to_string())),
                     );
                 }
                 out.push(RawRule {
@@ -744,9 +855,15 @@ impl Walker<'_> {
             }
             Ok(d) => Some(Sp::new(d, text.span)),
             Err(err) => {
+                let label = match err {
+                    humantime::DurationError::NumberExpected(_) => {
+                        "a duration starts with a number".to_owned()
+                    }
+                    other => other.to_string(),
+                };
                 self.problems.push(
                     Diagnostic::error(format!("{what} is not a duration"), Some(text.span))
-                        .label(err.to_string())
+                        .label(label)
                         .help("write a duration such as \"90s\", \"5m\" or \"1h 30m\""),
                 );
                 None
@@ -819,6 +936,13 @@ impl Walker<'_> {
     }
 }
 
+/// Whether a table has `command`, or a key that is a likely typo of it.
+fn command_written(table: &DeTable<'_>) -> bool {
+    table
+        .keys()
+        .any(|key| did_you_mean(key.get_ref(), &["command"]).is_some())
+}
+
 /// The closest candidate, when it is close enough to be a likely typo.
 pub(crate) fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
     candidates
@@ -829,7 +953,8 @@ pub(crate) fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a
         .map(|(_, c)| c)
 }
 
-fn first_line(text: &str) -> String {
+/// The last line of a multi-line error (regex errors end with the one that says what is wrong).
+pub(crate) fn last_line(text: &str) -> String {
     text.lines().last().unwrap_or_default().trim().to_owned()
 }
 

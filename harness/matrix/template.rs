@@ -29,6 +29,9 @@ enum Piece {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placeholder<'a> {
     pub name: &'a str,
+    /// Fields reached into (`{model.name}` has `["name"]`).
+    pub path: &'a [String],
+    /// Byte range of `{...}` in the template text.
     pub at: Range<usize>,
 }
 
@@ -85,18 +88,51 @@ impl Template {
     /// The placeholders, in order.
     pub fn placeholders(&self) -> impl Iterator<Item = Placeholder<'_>> {
         self.pieces.iter().filter_map(|piece| match piece {
-            Piece::Key { name, at, .. } => Some(Placeholder {
+            Piece::Key { name, path, at } => Some(Placeholder {
                 name,
+                path,
                 at: at.clone(),
             }),
             Piece::Text(_) => None,
         })
     }
 
+    /// The text, when the template has no placeholders (it renders the same for every cell).
+    pub fn literal(&self) -> Option<&str> {
+        match self.pieces.as_slice() {
+            [] => Some(""),
+            [Piece::Text(text)] => Some(text),
+            _ => None,
+        }
+    }
+
     /// Renders with `lookup`; a name it does not know (`None`) is left as `{name}` for a later
-    /// stage. A key that a cell lacks renders as an empty string, as on GitHub.
-    pub fn render(&self, lookup: impl Fn(&str) -> Option<Option<Value>>) -> String {
-        let mut out = String::new();
+    /// stage. A key that a cell lacks (`Some(None)`) renders as an empty string, as on GitHub, and
+    /// so does a field that its value lacks.
+    pub fn render<'v>(&self, lookup: impl Fn(&str) -> Option<Option<&'v Value>>) -> String {
+        let mut out = String::with_capacity(self.size_hint());
+        self.render_into(&mut out, lookup);
+        out
+    }
+
+    /// A guess at the rendered length, so rendering rarely grows its string: the text, plus a
+    /// short value per placeholder.
+    pub fn size_hint(&self) -> usize {
+        self.pieces
+            .iter()
+            .map(|piece| match piece {
+                Piece::Text(text) => text.len(),
+                Piece::Key { .. } => 24,
+            })
+            .sum()
+    }
+
+    /// [`Template::render`], appending to `out`.
+    pub fn render_into<'v>(
+        &self,
+        out: &mut String,
+        lookup: impl Fn(&str) -> Option<Option<&'v Value>>,
+    ) {
         for piece in &self.pieces {
             match piece {
                 Piece::Text(text) => out.push_str(text),
@@ -111,17 +147,34 @@ impl Template {
                         out.push('}');
                     }
                     Some(value) => {
-                        let value = path.iter().fold(value, |value, part| {
-                            value.and_then(|v| v.get(part).cloned())
+                        let value = value.and_then(|value| {
+                            path.iter()
+                                .try_fold(value, |value, part| field(value, part))
                         });
                         if let Some(value) = value {
-                            out.push_str(&value_text(&value));
+                            push_value_text(out, value);
                         }
                     }
                 },
             }
         }
-        out
+    }
+}
+
+/// `value.part`: a table's field, or an array's element by index.
+pub fn field<'v>(value: &'v Value, part: &str) -> Option<&'v Value> {
+    match value {
+        Value::Object(map) => map.get(part),
+        Value::Array(items) => items.get(part.parse::<usize>().ok()?),
+        _ => None,
+    }
+}
+
+fn push_value_text(out: &mut String, value: &Value) {
+    match value {
+        Value::String(s) => out.push_str(s),
+        Value::Null => {}
+        other => out.push_str(&other.to_string()),
     }
 }
 
@@ -154,7 +207,7 @@ mod tests {
         Template::parse(text).render(|name| match name {
             "port" => None,
             "missing" => Some(None),
-            other => Some(values.get(other).cloned()),
+            other => Some(values.get(other)),
         })
     }
 
@@ -169,6 +222,7 @@ mod tests {
         assert_eq!(render("{{fi}}"), "{fi}");
         assert_eq!(render("serve --port {port}"), "serve --port {port}");
         assert_eq!(render("{model}"), r#"{"name":"qwen","tp":2}"#);
+        assert_eq!(render("[{model.nope}][{fi.x}][{missing.x}]"), "[][][]");
     }
 
     #[test]
@@ -184,5 +238,11 @@ mod tests {
         let t = Template::parse("a {fi} b {model.tp}");
         let found: Vec<_> = t.placeholders().map(|p| (p.name, p.at)).collect();
         assert_eq!(found, vec![("fi", 2..6), ("model", 9..19)]);
+        assert_eq!(
+            t.placeholders().nth(1).map(|p| p.path.to_vec()),
+            Some(vec!["tp".to_owned()])
+        );
+        assert_eq!(Template::parse("plain {{x}}").literal(), Some("plain {x}"));
+        assert_eq!(t.literal(), None);
     }
 }

@@ -4,4 +4,10 @@ mod util;
 
 mod classify;
 mod matrix;
+mod matrix_cli;
+mod matrix_errors;
+mod matrix_github;
+mod matrix_good;
+mod matrix_ids;
+mod matrix_props;
 mod report;
