@@ -26,6 +26,8 @@ pub enum Activity {
     Output,
     Cpu,
     Gpu,
+    /// The harness saw the cell finish a phase (a server became ready).
+    Phase,
 }
 
 impl Activity {
@@ -35,6 +37,7 @@ impl Activity {
             Activity::Output => "output",
             Activity::Cpu => "CPU time",
             Activity::Gpu => "GPU activity",
+            Activity::Phase => "the end of a phase",
         }
     }
 }
@@ -110,6 +113,12 @@ impl Watchdog {
             }
             sleep(self.tick.min(self.window - idle_for)).await;
         }
+    }
+
+    /// The harness saw the cell move on (a server answered its health check): that is progress,
+    /// so the silence before it does not count against the next phase.
+    pub fn phase_done(&mut self) {
+        self.progress(Instant::now(), Activity::Phase);
     }
 
     /// Takes one sample and records progress.

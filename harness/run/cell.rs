@@ -698,6 +698,7 @@ async fn server(
         other => stopped(other, cell, log, result).is_some(),
     };
     if is_ready {
+        dog.phase_done();
         result.metrics.time_to_ready_s = Some(round3(clock.elapsed().as_secs_f64()));
         process::lock(log).note(&format!(
             "ready after {:.2}s on port {port}",

@@ -221,7 +221,10 @@ fn describe(pid: i32) -> String {
 fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -376,7 +379,10 @@ link = "https://example.invalid/issues/2"
     assert_eq!(flaky["attempts"], 2);
     assert_eq!(flaky["log"], "logs/flaky.attempt2.log");
     let first = std::fs::read_to_string(scene.out().join("logs/flaky.log")).expect("attempt 1");
-    assert!(first.contains("timed out waiting for completion flag"), "{first}");
+    assert!(
+        first.contains("timed out waiting for completion flag"),
+        "{first}"
+    );
 
     let segv = &by_id["segv"];
     assert_eq!(status("segv"), "fail");
@@ -492,16 +498,29 @@ arch = "sm_86"
     // The sm_86 card (index 1) first, as the cell asked.
     assert_eq!(env["CUDA_VISIBLE_DEVICES"], "1,0");
     assert_eq!(env["TEST_EXTRA"], "fi-0.6.3");
-    assert_eq!(Path::new(&env["PWD"]), sandbox, "cwd is the matrix file's folder");
+    assert_eq!(
+        Path::new(&env["PWD"]),
+        sandbox,
+        "cwd is the matrix file's folder"
+    );
     let cache = scene.path("cache").display().to_string();
     for key in ["FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR"] {
-        assert!(env[key].starts_with(&cache), "{key}={} is not under {cache}", env[key]);
+        assert!(
+            env[key].starts_with(&cache),
+            "{key}={} is not under {cache}",
+            env[key]
+        );
     }
     let gpus: Vec<(u64, &str)> = pair["runner"]["gpus"]
         .as_array()
         .expect("runner.gpus")
         .iter()
-        .map(|g| (g["index"].as_u64().unwrap_or(99), g["arch"].as_str().unwrap_or("")))
+        .map(|g| {
+            (
+                g["index"].as_u64().unwrap_or(99),
+                g["arch"].as_str().unwrap_or(""),
+            )
+        })
         .collect();
     assert_eq!(gpus, [(1, "sm_86"), (0, "sm_89")]);
     assert_eq!(pair["runner"]["host"], "mixed-rig");
@@ -657,16 +676,27 @@ no-progress = "1s"
 
     expect("never-ready", "fail", Some("deadlock"), "ready");
 
-    let crash = expect("crash-before-ready", "fail", Some("illegal_address"), "ready");
+    let crash = expect(
+        "crash-before-ready",
+        "fail",
+        Some("illegal_address"),
+        "ready",
+    );
     assert_eq!(crash["exit"]["code"], 1, "{crash:#?}");
 
     let segv = expect("crash-in-request", "fail", Some("segfault"), "infer");
-    assert!(!segv["exit"].is_null(), "the exit of a crashed server is kept: {segv:#?}");
+    assert!(
+        !segv["exit"].is_null(),
+        "the exit of a crashed server is kept: {segv:#?}"
+    );
 
     expect("hang-in-request", "fail", Some("deadlock"), "infer");
 
     let compile = expect("compile", "pass", None, "teardown");
-    assert!(f64_of(&compile["metrics"]["time_to_ready_s"]) >= 2.0, "{compile:#?}");
+    assert!(
+        f64_of(&compile["metrics"]["time_to_ready_s"]) >= 2.0,
+        "{compile:#?}"
+    );
 
     // Worker 0 compiles for 1.5 s while the others wait: progress. Then everyone waits: a hang.
     let multi = expect("multi-worker", "fail", Some("deadlock"), "ready");
@@ -709,6 +739,34 @@ timeout = "30s"
     let log = scene.log(&record);
     assert!(log.contains("ignored SIGTERM"), "{log}");
     scene.assert_nothing_left("pids.txt", 4);
+}
+
+#[test]
+fn silence_before_ready_does_not_count_against_the_request() {
+    // A server that prints nothing: ready after 1 s of silence, then 2.4 s of silence before it
+    // answers. Neither phase is idle for the 3 s window; only the two together would be. The
+    // server turning ready is progress the harness saw itself.
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+engine = ["quiet"]
+[server]
+command = "{server} ok --port {{port}} --quiet --ready-delay 1 --answer-delay 2.4"
+expect = "(?i)paris"
+no-progress = "3s"
+timeout = "30s"
+"#,
+        server = server_py()
+    ));
+    let out = scene.run(&[]);
+    let record = scene.record("quiet");
+    assert_eq!(
+        record["status"],
+        "pass",
+        "{record:#?}\n{}",
+        scene.log(&record)
+    );
+    assert_eq!(out.status.code(), Some(0));
 }
 
 #[test]
@@ -759,7 +817,10 @@ command = "{job} flood 50000000"
     let head = log.find("HEAD-MARKER").expect("head kept");
     let marker = log.find("log limit reached").expect("gap marker");
     let tail = log.rfind("TAIL-MARKER").expect("tail kept");
-    assert!(head < marker && marker < tail, "order: {head} {marker} {tail}");
+    assert!(
+        head < marker && marker < tail,
+        "order: {head} {marker} {tail}"
+    );
     assert!(head < 1024, "the head starts the log");
 }
 
@@ -796,14 +857,22 @@ command = "{job} {{mode}}"
     kill(pid, Signal::SIGINT).expect("send SIGINT");
     let out = finish(child, Duration::from_secs(20));
     let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(130), "{stdout}\n{}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
     assert!(stdout.contains("interrupted"), "{stdout}");
     assert!(stdout.contains("--resume"), "{stdout}");
     assert_eq!(scene.manifest()["state"], "interrupted");
     let records = scene.records();
     assert_eq!(records.len(), 1, "{records:#?}");
     assert_eq!(records[0]["id"], "fast");
-    assert!(scene.marked_alive().is_empty(), "Ctrl-C left cell processes");
+    assert!(
+        scene.marked_alive().is_empty(),
+        "Ctrl-C left cell processes"
+    );
 
     let out = scene.run(&["--resume"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -821,6 +890,40 @@ command = "{job} {{mode}}"
     let manifest = scene.manifest();
     assert_eq!(manifest["state"], "finished");
     assert_eq!(manifest["resumes"], 1);
+}
+
+#[test]
+fn sigterm_tears_down_a_server_and_its_stubborn_workers() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+engine = ["stuck"]
+[env]
+{marker}
+[server]
+command = "{server} never-ready --port {{port}} --workers 2 --ignore-term --escape --pids pids.txt"
+no-progress = "30s"
+timeout = "60s"
+"#,
+        marker = scene_marker_placeholder(),
+        server = server_py()
+    ));
+    let child = scene.spawn(&[]);
+    let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    wait_until(
+        "the server and its workers",
+        Duration::from_secs(20),
+        || scene.pids("pids.txt").len() >= 4,
+    );
+    kill(pid, Signal::SIGTERM).expect("send SIGTERM");
+    let out = finish(child, Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    assert!(
+        scene.records().is_empty(),
+        "an interrupted cell has no record"
+    );
+    assert_eq!(scene.manifest()["state"], "interrupted");
+    scene.assert_nothing_left("pids.txt", 4);
 }
 
 #[test]
@@ -919,8 +1022,16 @@ fn existing_run_folder_without_resume_exits_2() {
     assert_eq!(scene.run(&[]).status.code(), Some(0));
     let out = scene.run(&[]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("--resume"), "{}", text(&out.stderr));
-    assert_eq!(scene.records().len(), 2, "the first run's records are untouched");
+    assert!(
+        text(&out.stderr).contains("--resume"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        scene.records().len(),
+        2,
+        "the first run's records are untouched"
+    );
 }
 
 #[test]
