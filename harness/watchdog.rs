@@ -59,6 +59,8 @@ pub struct Watchdog {
     gpu_seen: u64,
     last_progress: Instant,
     last_activity: Activity,
+    /// Whether [`Watchdog::sample`] ran yet.
+    sampled: bool,
 }
 
 /// Returned when the cell has been idle for the whole window.
@@ -92,6 +94,7 @@ impl Watchdog {
             gpu_seen: 0,
             last_progress: Instant::now(),
             last_activity: Activity::Start,
+            sampled: false,
         }
     }
 
@@ -103,7 +106,11 @@ impl Watchdog {
     /// in `self`, so it can sit in one `select!` per phase.
     pub async fn idle(&mut self) -> Idle {
         loop {
-            self.sample();
+            // No sample at the very start: the start counts as progress anyway, and a cell that
+            // ends within a tick (most short jobs) then costs no scan of /proc at all.
+            if self.sampled || self.last_progress.elapsed() >= self.tick {
+                self.sample();
+            }
             let idle_for = self.last_progress.elapsed();
             if idle_for >= self.window {
                 return Idle {
@@ -123,6 +130,7 @@ impl Watchdog {
 
     /// Takes one sample and records progress.
     pub fn sample(&mut self) {
+        self.sampled = true;
         let now = Instant::now();
         let output = self.output.load(Ordering::Relaxed);
         if output != self.last_output {
@@ -242,6 +250,7 @@ mod tests {
         let selector = Selector {
             pgid: Some(-7),
             env_marker: None,
+            started_since: None,
         };
         let mut dog = Watchdog::new(
             selector,
