@@ -93,7 +93,7 @@ impl LogSink {
         })
     }
 
-    /// Counter of bytes the cell printed.
+    /// Counter of bytes the cell printed (see [`LogSink::received`]).
     pub fn output_counter(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.output)
     }
@@ -119,10 +119,14 @@ impl LogSink {
         self.written += line.len() as u64 + 1;
     }
 
+    /// `bytes` of output arrived from the cell, whole lines or not. Counted as they arrive: a
+    /// progress bar that redraws one line with `\r` and never ends it is output all the same.
+    pub fn received(&self, bytes: usize) {
+        self.output.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
     /// A line of the cell's output, without its newline.
     pub fn line(&mut self, line: &[u8]) {
-        self.output
-            .fetch_add(line.len() as u64 + 1, Ordering::Relaxed);
         for hook in &mut self.hooks {
             hook(line);
         }
@@ -253,13 +257,18 @@ mod tests {
         for i in 0..100 {
             sink.line(format!("line {i:03}").as_bytes());
         }
+        sink.received(7);
         sink.finish().expect("finish");
         let text = std::fs::read_to_string(&path).expect("read");
         assert!(text.starts_with("line 000\nline 001\nline 002\n"), "{text}");
         assert!(text.contains("log limit reached"), "{text}");
         assert!(text.ends_with("line 098\nline 099\n"), "{text}");
         assert!(text.len() < 200, "{}", text.len());
-        assert_eq!(counter.load(Ordering::Relaxed), 900);
+        assert_eq!(
+            counter.load(Ordering::Relaxed),
+            7,
+            "only bytes received count"
+        );
     }
 
     #[test]

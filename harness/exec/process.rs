@@ -104,6 +104,7 @@ async fn drain(mut stream: impl AsyncRead + Unpin, log: SharedLog) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 let mut sink = lock(&log);
+                sink.received(n);
                 splitter.feed(&buf[..n], |line| sink.line(line));
                 sink.flush();
             }

@@ -595,6 +595,19 @@ fn silent_compile_longer_than_the_window_is_progress() {
 }
 
 #[test]
+fn progress_bar_without_newlines_is_progress() {
+    // A download's progress bar redraws one line with `\r` for 3 s, sleeping in between: no
+    // CPU, no newline, but output all the same.
+    let (scene, record, _) = watchdog_run("progress-bar 3", "30s");
+    assert_eq!(
+        record["status"],
+        "pass",
+        "{record:#?}\n{}",
+        scene.log(&record)
+    );
+}
+
+#[test]
 fn compile_then_idle_is_a_deadlock() {
     let (scene, record, ended) = watchdog_run("compile-hang 2 idle.stamp", "30s");
     assert_eq!(record["signature"], "deadlock", "{record:#?}");
