@@ -400,7 +400,19 @@ link = "https://example.invalid/issues/2"
     }
     assert!(stderr.contains("    PASS ["), "{stderr}");
     assert!(stderr.contains("    FAIL ["), "{stderr}");
-    assert_eq!(scene.manifest()["state"], "finished");
+    let manifest = scene.manifest();
+    assert_eq!(manifest["state"], "finished");
+    assert_eq!(manifest["cells"], 7);
+    assert_eq!(manifest["host"], "test-host");
+    let plan: Value = serde_json::from_str(
+        &std::fs::read_to_string(scene.out().join("plan.json")).expect("plan.json"),
+    )
+    .expect("plan.json is JSON");
+    assert_eq!(plan["cells"].as_array().map(Vec::len), Some(7));
+    let logs = std::fs::read_dir(scene.out().join("logs"))
+        .expect("logs/")
+        .count();
+    assert_eq!(logs, 8, "one log per attempt, the skipped cell's included");
 }
 
 #[test]
@@ -720,6 +732,29 @@ no-progress = "1s"
     scene.assert_nothing_left("pids.txt", 9 * 3);
 }
 
+#[test]
+fn server_compiling_past_its_ready_timeout_is_a_timeout_in_ready() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+engine = ["jit"]
+[server]
+command = "{server} compile --port {{port}} --seconds 60"
+ready-timeout = "2s"
+timeout = "30s"
+no-progress = "1s"
+"#,
+        server = server_py()
+    ));
+    let out = scene.run(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let record = scene.record("jit");
+    assert_eq!(record["signature"], "timeout", "{record:#?}");
+    assert_eq!(record["phase"], "ready");
+    let duration = f64_of(&record["duration_s"]);
+    assert!((2.0..6.0).contains(&duration), "{duration}");
+}
+
 /// `[env]` line for [`Scene::marked_alive`]: the sandbox path is substituted by [`Scene::new`].
 fn scene_marker_placeholder() -> &'static str {
     "TEST_SANDBOX = \"@SANDBOX@\""
@@ -867,6 +902,14 @@ command = "{job} {{mode}}"
         Duration::from_secs(20),
         || scene.path("slow.marker").exists() && scene.records().len() == 1,
     );
+    // A second harness cannot write the folder while the first one runs.
+    let second = scene.run(&["--resume"]);
+    assert_eq!(second.status.code(), Some(2));
+    assert!(
+        text(&second.stderr).contains("another gpucompat run"),
+        "{}",
+        text(&second.stderr)
+    );
     kill(pid, Signal::SIGINT).expect("send SIGINT");
     let out = finish(child, Duration::from_secs(20));
     let stdout = text(&out.stdout);
@@ -1002,6 +1045,48 @@ command = "{job} sleeper pids.txt"
         || !is_running(sleeper) && scene.marked_alive().is_empty(),
     );
     eprintln!("sleeper gone {:?} after the harness", killed.elapsed());
+
+    // The folder survived: the run is marked as still running, and `--resume` finishes it.
+    assert_eq!(scene.manifest()["state"], "running");
+    assert!(scene.records().is_empty());
+    let out = scene.run(&["--resume"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(scene.record("sleeper")["status"], "pass");
+    assert_eq!(scene.manifest()["state"], "finished");
+}
+
+#[test]
+fn harness_killed_by_sigkill_leaves_no_server_worker() {
+    // Workers ignore SIGTERM and one left the process group: the reaper finds them by the run's
+    // token and kills them after its grace second.
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+engine = ["stuck"]
+[env]
+{marker}
+[server]
+command = "{server} never-ready --port {{port}} --workers 2 --ignore-term --escape --pids pids.txt"
+no-progress = "60s"
+timeout = "120s"
+"#,
+        marker = scene_marker_placeholder(),
+        server = server_py()
+    ));
+    let mut child = scene.spawn(&[]);
+    wait_until(
+        "the server and its workers",
+        Duration::from_secs(20),
+        || scene.pids("pids.txt").len() >= 4,
+    );
+    child.kill().expect("SIGKILL the harness");
+    let _ = child.wait();
+    let pids = scene.pids("pids.txt");
+    wait_until(
+        "the reaper to kill every worker",
+        Duration::from_secs(6),
+        || pids.iter().all(|&pid| !is_running(pid)) && scene.marked_alive().is_empty(),
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1066,4 +1151,31 @@ command = "{job} pass"
     let stderr = text(&out.stderr);
     assert!(stderr.contains("ampere"), "{stderr}");
     assert!(!scene.out().join("results.jsonl").exists());
+}
+
+#[test]
+fn resume_without_a_run_exits_2() {
+    let scene = passing_scene();
+    let out = scene.run(&["--resume"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("nothing to resume"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn resume_with_another_matrix_exits_2() {
+    let scene = passing_scene();
+    assert_eq!(scene.run(&[]).status.code(), Some(0));
+    let text_now = std::fs::read_to_string(&scene.matrix).expect("matrix");
+    std::fs::write(&scene.matrix, text_now.replace("\"beta\"", "\"gamma\"")).expect("write");
+    let out = scene.run(&["--resume"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("another matrix"),
+        "{}",
+        text(&out.stderr)
+    );
 }
