@@ -1,7 +1,9 @@
 //! What `gpucompat run` costs by itself, measured through the library with real processes.
 //!
 //! (a) Harness overhead per cell: N cells whose command is `true`, at one and two cells at a
-//!     time, against the bare cost of starting `sh -c true` and collecting its output.
+//!     time, against the bare cost of starting `sh -c true` and collecting its output; then at
+//!     one at a time again with 1000 more (idle) processes on the host, since finding a cell's
+//!     processes means looking through /proc.
 //! (b) Hang to verdict: cells that hang idle (and cells that hang right after a second of CPU
 //!     work) under no-progress windows of 1 s, 2 s and 5 s; the time from the start of the hang
 //!     to the end of the cell, minus the window.
@@ -20,6 +22,37 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const CELLS: usize = 200;
 const REPEATS: usize = 3;
+/// Idle processes started for the "busy host" row.
+const CROWD: usize = 1000;
+
+/// Idle processes that make the host look like a busy CI machine; killed when dropped.
+struct Crowd(Vec<std::process::Child>);
+
+impl Crowd {
+    fn start(n: usize) -> Fallible<Crowd> {
+        let mut crowd = Crowd(Vec::with_capacity(n));
+        for _ in 0..n {
+            crowd.0.push(
+                Command::new("sleep")
+                    .arg("600")
+                    .stdin(std::process::Stdio::null())
+                    .spawn()?,
+            );
+        }
+        Ok(crowd)
+    }
+}
+
+impl Drop for Crowd {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+        }
+        for child in &mut self.0 {
+            let _ = child.wait();
+        }
+    }
+}
 
 fn main() -> ExitCode {
     match bench() {
@@ -46,11 +79,11 @@ fn bench() -> Fallible<()> {
         "harness overhead per cell ({CELLS} cells of `true`; best of {REPEATS})\n"
     ));
     out.push_str(&format!(
-        "  {:<28} {:>10} {:>12}\n",
+        "  {:<34} {:>10} {:>12}\n",
         "", "ms/cell", "overhead ms"
     ));
     out.push_str(&format!(
-        "  {:<28} {:>10.2} {:>12}\n",
+        "  {:<34} {:>10.2} {:>12}\n",
         "bare `sh -c true` (serial)",
         ms(bare),
         "-"
@@ -60,10 +93,13 @@ fn bench() -> Fallible<()> {
         "[matrix]\ni = [{}]\n[job]\ncommand = \"true\"\n",
         values.join(", ")
     );
-    for jobs in [1, 2] {
+    for (jobs, crowd) in [(1, 0), (2, 0), (1, CROWD)] {
+        let _crowd = Crowd::start(crowd)?;
         let mut best = Duration::MAX;
         for round in 0..REPEATS {
-            let dir = scratch.path().join(format!("overhead-j{jobs}-{round}"));
+            let dir = scratch
+                .path()
+                .join(format!("overhead-j{jobs}-c{crowd}-{round}"));
             std::fs::create_dir_all(&dir)?;
             let plan = plan(&dir, &text)?;
             let start = Instant::now();
@@ -74,9 +110,14 @@ fn bench() -> Fallible<()> {
         }
         // With two at a time, wall time per cell is what a run pays; the overhead column
         // compares it with the serial bare cost.
+        let label = if crowd > 0 {
+            format!("gpucompat run --jobs {jobs}, +{crowd} procs")
+        } else {
+            format!("gpucompat run --jobs {jobs}")
+        };
         out.push_str(&format!(
-            "  {:<28} {:>10.2} {:>12.2}\n",
-            format!("gpucompat run --jobs {jobs}"),
+            "  {:<34} {:>10.2} {:>12.2}\n",
+            label,
             ms(best),
             ms(best) - ms(bare)
         ));
