@@ -21,6 +21,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Teardown grace for every run here: fixtures that ignore SIGTERM cost this much each.
 const GRACE: &str = "300ms";
 
+/// An `[env]` line that marks every process of a scene's cells, for [`Scene::marked_alive`]
+/// (`@SANDBOX@` becomes the sandbox path).
+const MARKER_ENV: &str = "TEST_SANDBOX = \"@SANDBOX@\"";
+
 /// An absolute fixture path, single-quoted for `sh`.
 fn fixture(name: &str) -> String {
     let path = repo_root().join("tests/fixtures/run").join(name);
@@ -664,7 +668,7 @@ ready-timeout = "20s"
 timeout = "30s"
 no-progress = "1s"
 "#,
-        marker = scene_marker_placeholder(),
+        marker = MARKER_ENV,
         server = server_py()
     ));
     let out = scene.run(&["--jobs", "9"]);
@@ -755,11 +759,6 @@ no-progress = "1s"
     assert!((2.0..6.0).contains(&duration), "{duration}");
 }
 
-/// `[env]` line for [`Scene::marked_alive`]: the sandbox path is substituted by [`Scene::new`].
-fn scene_marker_placeholder() -> &'static str {
-    "TEST_SANDBOX = \"@SANDBOX@\""
-}
-
 #[test]
 fn ready_line_readiness_and_stubborn_workers_are_killed() {
     let scene = Scene::new(&format!(
@@ -776,7 +775,7 @@ expect = "(?i)paris"
 no-progress = "5s"
 timeout = "30s"
 "#,
-        marker = scene_marker_placeholder(),
+        marker = MARKER_ENV,
         server = server_py()
     ));
     let out = scene.run(&[]);
@@ -828,7 +827,7 @@ case = ["orphan"]
 [job]
 command = "{job} orphan pids.txt"
 "#,
-        marker = scene_marker_placeholder(),
+        marker = MARKER_ENV,
         job = job_sh()
     ));
     let out = scene.run(&[]);
@@ -892,7 +891,7 @@ mode = "once slow.marker slow.count"
 [job]
 command = "{job} {{mode}}"
 "#,
-        marker = scene_marker_placeholder(),
+        marker = MARKER_ENV,
         job = job_sh()
     ));
     let child = scene.spawn(&["--jobs", "2"]);
@@ -961,7 +960,7 @@ command = "{server} never-ready --port {{port}} --workers 2 --ignore-term --esca
 no-progress = "30s"
 timeout = "60s"
 "#,
-        marker = scene_marker_placeholder(),
+        marker = MARKER_ENV,
         server = server_py()
     ));
     let child = scene.spawn(&[]);
@@ -1027,7 +1026,7 @@ case = ["sleeper"]
 [job]
 command = "{job} sleeper pids.txt"
 "#,
-        marker = scene_marker_placeholder(),
+        marker = MARKER_ENV,
         job = job_sh()
     ));
     let mut child = scene.spawn(&[]);
@@ -1070,7 +1069,7 @@ command = "{server} never-ready --port {{port}} --workers 2 --ignore-term --esca
 no-progress = "60s"
 timeout = "120s"
 "#,
-        marker = scene_marker_placeholder(),
+        marker = MARKER_ENV,
         server = server_py()
     ));
     let mut child = scene.spawn(&[]);
