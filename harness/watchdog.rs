@@ -2,14 +2,14 @@
 //!
 //! Progress is any of: new output in the cell's log, CPU time consumed anywhere in the cell's
 //! process tree (at least [`CPU_RATE`] of one core over a short horizon, so an idle server's
-//! heartbeat threads do not count), or GPU activity of the cell's processes where `nvidia-smi`
+//! heartbeat threads do not count; time spent waiting for a CPU counts too), or GPU activity of the cell's processes where `nvidia-smi`
 //! can tell. A cell idle for the whole no-progress window is in a deadlock; the deadlines of its
 //! phases are enforced by the cell's runner, which calls a cell still busy at its deadline a
 //! timeout. So a worker that compiles silently for minutes while its siblings wait is progress,
 //! and once it finishes and the rest sit idle, the window starts counting.
 
 use crate::exec::probe;
-use crate::exec::procfs::{self, CpuMeter, Selector, TICKS_PER_SECOND};
+use crate::exec::procfs::{self, CpuMeter, ProcInfo, Selector, TICKS_PER_SECOND};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -89,7 +89,9 @@ impl Watchdog {
             gpu,
             last_output: 0,
             meter: CpuMeter::default(),
-            cpu_history: VecDeque::new(),
+            // Nothing of the cell has used CPU at its start (see `CpuMeter`): a base to compare
+            // the first sample with, without a scan of /proc.
+            cpu_history: VecDeque::from([(Instant::now(), 0)]),
             cpu_total: 0,
             gpu_seen: 0,
             last_progress: Instant::now(),
@@ -138,12 +140,25 @@ impl Watchdog {
             self.progress(now, Activity::Output);
         }
         let procs = procfs::find_alive(&self.selector);
-        self.cpu_total += self.meter.sample(&procs);
+        // Time spent waiting for a CPU counts like time on one: on a crowded machine a starved
+        // process (a server still starting up) uses no CPU time, but it is busy, not idle.
+        let demand: Vec<ProcInfo> = procs
+            .iter()
+            .map(|p| ProcInfo {
+                cpu_ticks: p.cpu_ticks + procfs::runqueue_wait_ticks(p.pid).unwrap_or(0),
+                ..p.clone()
+            })
+            .collect();
+        self.cpu_total += self.meter.sample(&demand);
         self.cpu_history.push_back((now, self.cpu_total));
+        // The base is the newest sample at least a horizon old. (Dropping every sample older
+        // than the horizon would, after a late sample, leave only the new one and compare it
+        // with itself: the CPU used while the harness was late to look would be lost, and a
+        // busy cell called idle. That happens when the harness itself is short of CPU.)
         while self
             .cpu_history
-            .front()
-            .is_some_and(|(t, _)| now.duration_since(*t) > self.horizon)
+            .get(1)
+            .is_some_and(|(t, _)| now.duration_since(*t) >= self.horizon)
         {
             self.cpu_history.pop_front();
         }
@@ -242,6 +257,31 @@ mod tests {
         let busy = parse_pmon(text);
         assert_eq!(busy.get(&12345), Some(&45));
         assert_eq!(busy.len(), 1);
+    }
+
+    #[test]
+    fn cpu_used_while_sampling_was_late_is_progress() {
+        use std::os::unix::process::CommandExt;
+        let mut busy = std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .process_group(0)
+            .spawn()
+            .expect("spawn a busy loop");
+        let pid = i32::try_from(busy.id()).expect("pid");
+        let selector = Selector {
+            pgid: Some(pid),
+            env_marker: None,
+            started_since: None,
+        };
+        let window = Duration::from_secs(1);
+        let mut dog = Watchdog::new(selector, Arc::new(AtomicU64::new(0)), window, None);
+        dog.sample();
+        // The next look comes late: longer than the CPU horizon after the first.
+        std::thread::sleep(dog.horizon * 3);
+        dog.sample();
+        let _ = busy.kill();
+        let _ = busy.wait();
+        assert_eq!(dog.last_activity, Activity::Cpu);
     }
 
     #[tokio::test]

@@ -153,12 +153,25 @@ pub fn find_alive(selector: &Selector) -> Vec<ProcInfo> {
         .collect()
 }
 
+/// Time the process's main thread spent runnable but waiting for a CPU, in clock ticks (from
+/// `/proc/<pid>/schedstat`; `None` where the kernel does not keep it). On a crowded machine a
+/// process that wants the CPU and does not get it uses no CPU time, yet it is not idle.
+pub fn runqueue_wait_ticks(pid: i32) -> Option<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+    let waited_ns: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some(waited_ns / (1_000_000_000 / TICKS_PER_SECOND))
+}
+
 /// CPU ticks per second (`getconf CLK_TCK`); 100 on every Linux the project runs on.
 pub const TICKS_PER_SECOND: u64 = 100;
 
 /// CPU time consumed by a set of processes between two samples: the sum of each process's
-/// increase (a process that exits between samples stops counting, it does not subtract), plus a
-/// full tick for every process that appeared (a fork is activity).
+/// increase (a process that exits between samples stops counting, it does not subtract), and
+/// all the time of every process that appeared.
+///
+/// Counting a new process's whole time is right for a cell's processes, which all started with
+/// the cell: so the first sample needs no baseline taken at the cell's start, and measures
+/// everything since then however late it comes.
 #[derive(Debug, Default)]
 pub struct CpuMeter {
     last: HashMap<i32, u64>,
@@ -172,8 +185,7 @@ impl CpuMeter {
         for info in procs {
             used += match self.last.get(&info.pid) {
                 Some(&before) => info.cpu_ticks.saturating_sub(before),
-                None if self.last.is_empty() => 0,
-                None => 1,
+                None => info.cpu_ticks,
             };
             next.insert(info.pid, info.cpu_ticks);
         }
@@ -217,11 +229,17 @@ mod tests {
             .spawn()
             .expect("spawn sleep");
         let pid = i32::try_from(child.id()).expect("pid");
+        // Right after spawning, the child may still be inside exec, with no environment yet.
+        let marker = b"GPUCOMPAT_PROCFS_TEST=marked";
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !environ_has(pid, marker) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let start = read_stat(pid).expect("stat of the child").start_ticks;
         let found = |since| {
             find(&Selector {
                 pgid: None,
-                env_marker: Some(b"GPUCOMPAT_PROCFS_TEST=marked".to_vec()),
+                env_marker: Some(marker.to_vec()),
                 started_since: since,
             })
             .iter()
@@ -244,9 +262,9 @@ mod tests {
             start_ticks: 0,
         };
         let mut meter = CpuMeter::default();
-        assert_eq!(meter.sample(&[p(1, 100)]), 0);
-        assert_eq!(meter.sample(&[p(1, 130), p(2, 500)]), 31);
-        // Process 1 exited: no negative contribution.
+        assert_eq!(meter.sample(&[p(1, 100)]), 100);
+        assert_eq!(meter.sample(&[p(1, 130), p(2, 500), p(3, 0)]), 30 + 500);
+        // Processes 1 and 3 exited: no negative contribution.
         assert_eq!(meter.sample(&[p(2, 505)]), 5);
     }
 }
