@@ -45,6 +45,10 @@ pub fn client() -> reqwest::Client {
         .unwrap_or_else(|_| reqwest::Client::new())
 }
 
+/// Longest pause between health checks. The time to ready the record reports is when a check
+/// first succeeds, so it can be late by this much; checks are cheap for a server.
+const HEALTH_POLL_MAX: Duration = Duration::from_millis(200);
+
 /// Polls `GET path` until it answers 2xx. Never returns otherwise: the caller's `select!` bounds it
 /// with the ready deadline, the watchdog and the server's exit.
 pub async fn wait_healthy(client: &reqwest::Client, port: u16, path: &str) {
@@ -60,7 +64,7 @@ pub async fn wait_healthy(client: &reqwest::Client, port: u16, path: &str) {
             return;
         }
         sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_millis(500));
+        delay = (delay * 2).min(HEALTH_POLL_MAX);
     }
 }
 
