@@ -125,7 +125,8 @@ fn bench() -> Fallible<()> {
 
     // (b) hang to deadlock verdict.
     out.push_str(&format!(
-        "\nhang to deadlock verdict ({REPEATS} cells each, run together; seconds after the window)\n"
+        "\nhang to deadlock verdict ({REPEATS} cells each, run together; \
+         seconds after the window)\n"
     ));
     out.push_str(&format!(
         "  {:<10} {:<22} {:>8} {:>8} {:>8}\n",
@@ -227,12 +228,12 @@ fn hang_lags(
     } else {
         String::new()
     };
+    let reps: Vec<String> = (0..REPEATS).map(|r| r.to_string()).collect();
     let text = format!(
-        "[matrix]\nrep = [{}]\n[job]\ncommand = \"{burn}date +%s.%N > hang-{{rep}}.stamp; exec sleep 600\"\ntimeout = \"60s\"\nno-progress = \"{window}s\"\n",
-        (0..REPEATS)
-            .map(|r| r.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
+        "[matrix]\nrep = [{reps}]\n[job]\n\
+         command = \"{burn}date +%s.%N > hang-{{rep}}.stamp; exec sleep 600\"\n\
+         timeout = \"60s\"\nno-progress = \"{window}s\"\n",
+        reps = reps.join(", ")
     );
     let plan = plan(&dir, &text)?;
     // All cells hang together; each cell's end is its start plus its duration.

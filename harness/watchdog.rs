@@ -2,11 +2,12 @@
 //!
 //! Progress is any of: new output in the cell's log, CPU time consumed anywhere in the cell's
 //! process tree (at least [`CPU_RATE`] of one core over a short horizon, so an idle server's
-//! heartbeat threads do not count; time spent waiting for a CPU counts too), or GPU activity of the cell's processes where `nvidia-smi`
-//! can tell. A cell idle for the whole no-progress window is in a deadlock; the deadlines of its
-//! phases are enforced by the cell's runner, which calls a cell still busy at its deadline a
-//! timeout. So a worker that compiles silently for minutes while its siblings wait is progress,
-//! and once it finishes and the rest sit idle, the window starts counting.
+//! heartbeat threads do not count; time spent waiting for a CPU counts too), or GPU activity of
+//! the cell's processes where `nvidia-smi` can tell. A cell idle for the whole no-progress
+//! window is in a deadlock; the deadlines of its phases are enforced by the cell's runner, which
+//! calls a cell still busy at its deadline a timeout. So a worker that compiles silently for
+//! minutes while its siblings wait is progress, and once it finishes and the rest sit idle, the
+//! window starts counting.
 
 use crate::exec::probe;
 use crate::exec::procfs::{self, CpuMeter, ProcInfo, Selector, TICKS_PER_SECOND};

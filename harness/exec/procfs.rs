@@ -200,7 +200,8 @@ mod tests {
 
     #[test]
     fn parses_stat_with_awkward_names() {
-        let line = "4242 (python3 (worker) 1) S 4000 4100 4100 0 -1 4194560 100 0 0 0 250 30 7 3 20 0 4 0 98765 1000 50";
+        let line = "4242 (python3 (worker) 1) S 4000 4100 4100 0 -1 4194560 100 0 0 0 \
+                    250 30 7 3 20 0 4 0 98765 1000 50";
         let info = parse_stat(line).expect("parse");
         assert_eq!(info.pid, 4242);
         assert_eq!(info.ppid, 4000);

@@ -6,7 +6,8 @@
 //! `--resume`, a harness killed with SIGKILL, and bad input.
 //!
 //! Fixtures: `tests/fixtures/run/job.sh` (job modes) and `tests/fixtures/run/fake_server.py`.
-//! Every wait is a poll with a deadline; timing bounds are generous (a loaded CI machine must pass).
+//! Every wait is a poll with a deadline; timing bounds are generous (a loaded CI machine must
+//! pass).
 
 use crate::util::{Sandbox, gpucompat, repo_root};
 use nix::sys::signal::{Signal, kill};
@@ -790,7 +791,8 @@ engine = ["fake"]
 {marker}
 [server]
 # No health route at all: only the log line says the server is ready.
-command = "{server} ok --port {{port}} --no-health --ready-delay 0.3 --workers 2 --ignore-term --escape --pids pids.txt"
+command = """{server} ok --port {{port}} --no-health --ready-delay 0.3 \
+    --workers 2 --ignore-term --escape --pids pids.txt"""
 ready-line = "fired up and ready to roll"
 expect = "(?i)paris"
 no-progress = "5s"
