@@ -152,14 +152,16 @@ impl Watchdog {
             .collect();
         self.cpu_total += self.meter.sample(&demand);
         self.cpu_history.push_back((now, self.cpu_total));
-        // The base is the newest sample at least a horizon old. (Dropping every sample older
-        // than the horizon would, after a late sample, leave only the new one and compare it
-        // with itself: the CPU used while the harness was late to look would be lost, and a
-        // busy cell called idle. That happens when the harness itself is short of CPU.)
-        while self
-            .cpu_history
-            .get(1)
-            .is_some_and(|(t, _)| now.duration_since(*t) >= self.horizon)
+        // The base is the oldest sample within the horizon, or the one before this sample when
+        // none is. (Dropping every sample older than the horizon would, after a late sample,
+        // leave only the new one and compare it with itself: the CPU used while the harness was
+        // late to look would be lost, and a busy cell called idle. That happens when the
+        // harness itself is short of CPU.)
+        while self.cpu_history.len() > 2
+            && self
+                .cpu_history
+                .front()
+                .is_some_and(|(t, _)| now.duration_since(*t) > self.horizon)
         {
             self.cpu_history.pop_front();
         }
