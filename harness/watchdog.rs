@@ -2,14 +2,15 @@
 //!
 //! Progress is any of: new output in the cell's log, CPU time consumed anywhere in the cell's
 //! process tree (at least [`CPU_RATE`] of one core over a short horizon, so an idle server's
-//! heartbeat threads do not count), or GPU activity of the cell's processes where `nvidia-smi`
-//! can tell. A cell idle for the whole no-progress window is in a deadlock; the deadlines of its
-//! phases are enforced by the cell's runner, which calls a cell still busy at its deadline a
-//! timeout. So a worker that compiles silently for minutes while its siblings wait is progress,
-//! and once it finishes and the rest sit idle, the window starts counting.
+//! heartbeat threads do not count; time spent waiting for a CPU counts too), or GPU activity of
+//! the cell's processes where `nvidia-smi` can tell. A cell idle for the whole no-progress
+//! window is in a deadlock; the deadlines of its phases are enforced by the cell's runner, which
+//! calls a cell still busy at its deadline a timeout. So a worker that compiles silently for
+//! minutes while its siblings wait is progress, and once it finishes and the rest sit idle, the
+//! window starts counting.
 
 use crate::exec::probe;
-use crate::exec::procfs::{self, CpuMeter, Selector, TICKS_PER_SECOND};
+use crate::exec::procfs::{self, CpuMeter, ProcInfo, Selector, TICKS_PER_SECOND};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -26,6 +27,8 @@ pub enum Activity {
     Output,
     Cpu,
     Gpu,
+    /// The harness saw the cell finish a phase (a server became ready).
+    Phase,
 }
 
 impl Activity {
@@ -35,6 +38,7 @@ impl Activity {
             Activity::Output => "output",
             Activity::Cpu => "CPU time",
             Activity::Gpu => "GPU activity",
+            Activity::Phase => "the end of a phase",
         }
     }
 }
@@ -56,6 +60,8 @@ pub struct Watchdog {
     gpu_seen: u64,
     last_progress: Instant,
     last_activity: Activity,
+    /// Whether [`Watchdog::sample`] ran yet.
+    sampled: bool,
 }
 
 /// Returned when the cell has been idle for the whole window.
@@ -84,11 +90,14 @@ impl Watchdog {
             gpu,
             last_output: 0,
             meter: CpuMeter::default(),
-            cpu_history: VecDeque::new(),
+            // Nothing of the cell has used CPU at its start (see `CpuMeter`): a base to compare
+            // the first sample with, without a scan of /proc.
+            cpu_history: VecDeque::from([(Instant::now(), 0)]),
             cpu_total: 0,
             gpu_seen: 0,
             last_progress: Instant::now(),
             last_activity: Activity::Start,
+            sampled: false,
         }
     }
 
@@ -100,7 +109,11 @@ impl Watchdog {
     /// in `self`, so it can sit in one `select!` per phase.
     pub async fn idle(&mut self) -> Idle {
         loop {
-            self.sample();
+            // No sample at the very start: the start counts as progress anyway, and a cell that
+            // ends within a tick (most short jobs) then costs no scan of /proc at all.
+            if self.sampled || self.last_progress.elapsed() >= self.tick {
+                self.sample();
+            }
             let idle_for = self.last_progress.elapsed();
             if idle_for >= self.window {
                 return Idle {
@@ -112,8 +125,15 @@ impl Watchdog {
         }
     }
 
+    /// The harness saw the cell move on (a server answered its health check): that is progress,
+    /// so the silence before it does not count against the next phase.
+    pub fn phase_done(&mut self) {
+        self.progress(Instant::now(), Activity::Phase);
+    }
+
     /// Takes one sample and records progress.
     pub fn sample(&mut self) {
+        self.sampled = true;
         let now = Instant::now();
         let output = self.output.load(Ordering::Relaxed);
         if output != self.last_output {
@@ -121,12 +141,27 @@ impl Watchdog {
             self.progress(now, Activity::Output);
         }
         let procs = procfs::find_alive(&self.selector);
-        self.cpu_total += self.meter.sample(&procs);
+        // Time spent waiting for a CPU counts like time on one: on a crowded machine a starved
+        // process (a server still starting up) uses no CPU time, but it is busy, not idle.
+        let demand: Vec<ProcInfo> = procs
+            .iter()
+            .map(|p| ProcInfo {
+                cpu_ticks: p.cpu_ticks + procfs::runqueue_wait_ticks(p.pid).unwrap_or(0),
+                ..p.clone()
+            })
+            .collect();
+        self.cpu_total += self.meter.sample(&demand);
         self.cpu_history.push_back((now, self.cpu_total));
-        while self
-            .cpu_history
-            .front()
-            .is_some_and(|(t, _)| now.duration_since(*t) > self.horizon)
+        // The base is the oldest sample within the horizon, or the one before this sample when
+        // none is. (Dropping every sample older than the horizon would, after a late sample,
+        // leave only the new one and compare it with itself: the CPU used while the harness was
+        // late to look would be lost, and a busy cell called idle. That happens when the
+        // harness itself is short of CPU.)
+        while self.cpu_history.len() > 2
+            && self
+                .cpu_history
+                .front()
+                .is_some_and(|(t, _)| now.duration_since(*t) > self.horizon)
         {
             self.cpu_history.pop_front();
         }
@@ -227,12 +262,38 @@ mod tests {
         assert_eq!(busy.len(), 1);
     }
 
+    #[test]
+    fn cpu_used_while_sampling_was_late_is_progress() {
+        use std::os::unix::process::CommandExt;
+        let mut busy = std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .process_group(0)
+            .spawn()
+            .expect("spawn a busy loop");
+        let pid = i32::try_from(busy.id()).expect("pid");
+        let selector = Selector {
+            pgid: Some(pid),
+            env_marker: None,
+            started_since: None,
+        };
+        let window = Duration::from_secs(1);
+        let mut dog = Watchdog::new(selector, Arc::new(AtomicU64::new(0)), window, None);
+        dog.sample();
+        // The next look comes late: longer than the CPU horizon after the first.
+        std::thread::sleep(dog.horizon * 3);
+        dog.sample();
+        let _ = busy.kill();
+        let _ = busy.wait();
+        assert_eq!(dog.last_activity, Activity::Cpu);
+    }
+
     #[tokio::test]
     async fn silent_selector_goes_idle_after_the_window() {
         let output = Arc::new(AtomicU64::new(0));
         let selector = Selector {
             pgid: Some(-7),
             env_marker: None,
+            started_since: None,
         };
         let mut dog = Watchdog::new(
             selector,

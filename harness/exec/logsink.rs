@@ -4,7 +4,9 @@
 //!
 //! Output is written in whole lines so stdout and stderr of several processes interleave by line,
 //! never mid-line. Lines longer than [`MAX_LINE`] are split. The harness's own notes start with
-//! [`NOTE_PREFIX`] so readers (and the classifier) can tell them from the cell's output.
+//! [`NOTE_PREFIX`] so readers (and the classifier) can tell them from the cell's output. Notes are
+//! never dropped, and they keep their place among the output lines: once the head is full they
+//! wait in the tail with the output around them.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -50,8 +52,14 @@ pub struct LogSink {
     out: BufWriter<File>,
     limits: LogLimits,
     written: u64,
-    tail: VecDeque<Vec<u8>>,
+    /// The head is full: output (and notes, to keep their order) goes to the tail.
+    spilled: bool,
+    /// Kept lines after the head; `true` marks a note of the harness, which is never dropped.
+    tail: VecDeque<(Vec<u8>, bool)>,
+    /// Bytes of output in `tail` (notes not counted).
     tail_bytes: usize,
+    /// Notes that fell into the dropped middle: written right after the marker.
+    dropped_notes: Vec<Vec<u8>>,
     omitted_bytes: u64,
     omitted_lines: u64,
     /// Bytes the cell has printed; the watchdog reads it as a sign of progress.
@@ -74,8 +82,10 @@ impl LogSink {
             out: BufWriter::new(File::create(path)?),
             limits,
             written: 0,
+            spilled: false,
             tail: VecDeque::new(),
             tail_bytes: 0,
+            dropped_notes: Vec::new(),
             omitted_bytes: 0,
             omitted_lines: 0,
             output: Arc::new(AtomicU64::new(0)),
@@ -83,7 +93,7 @@ impl LogSink {
         })
     }
 
-    /// Counter of bytes the cell printed.
+    /// Counter of bytes the cell printed (see [`LogSink::received`]).
     pub fn output_counter(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.output)
     }
@@ -92,24 +102,36 @@ impl LogSink {
         self.hooks.push(hook);
     }
 
-    /// A line of the harness's own (`[gpucompat] ...`); always written, never dropped.
+    /// A line of the harness's own (`[gpucompat] ...`); never dropped.
     pub fn note(&mut self, text: &str) {
-        let line = format!("{NOTE_PREFIX} {text}\n");
+        let line = format!("{NOTE_PREFIX} {text}");
+        if self.spilled {
+            // Written after the output that came before it, not ahead of the kept tail.
+            self.tail.push_back((line.into_bytes(), true));
+            return;
+        }
         // Notes are few and small: they may overshoot the head limit, they never go missing.
-        let _ = self.out.write_all(line.as_bytes());
+        let _ = self
+            .out
+            .write_all(line.as_bytes())
+            .and_then(|()| self.out.write_all(b"\n"));
         let _ = self.out.flush();
-        self.written += line.len() as u64;
+        self.written += line.len() as u64 + 1;
+    }
+
+    /// `bytes` of output arrived from the cell, whole lines or not. Counted as they arrive: a
+    /// progress bar that redraws one line with `\r` and never ends it is output all the same.
+    pub fn received(&self, bytes: usize) {
+        self.output.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// A line of the cell's output, without its newline.
     pub fn line(&mut self, line: &[u8]) {
-        self.output
-            .fetch_add(line.len() as u64 + 1, Ordering::Relaxed);
         for hook in &mut self.hooks {
             hook(line);
         }
         let size = line.len() as u64 + 1;
-        if self.written + size <= self.limits.head && self.tail.is_empty() {
+        if !self.spilled && self.written + size <= self.limits.head {
             let _ = self
                 .out
                 .write_all(line)
@@ -117,12 +139,17 @@ impl LogSink {
             self.written += size;
             return;
         }
-        self.tail.push_back(line.to_vec());
+        self.spilled = true;
+        self.tail.push_back((line.to_vec(), false));
         self.tail_bytes += line.len() + 1;
         while self.tail_bytes > self.limits.tail {
-            let Some(old) = self.tail.pop_front() else {
+            let Some((old, is_note)) = self.tail.pop_front() else {
                 break;
             };
+            if is_note {
+                self.dropped_notes.push(old);
+                continue;
+            }
             self.tail_bytes -= old.len() + 1;
             self.omitted_bytes += old.len() as u64 + 1;
             self.omitted_lines += 1;
@@ -143,7 +170,11 @@ impl LogSink {
             );
             self.out.write_all(marker.as_bytes())?;
         }
-        for line in std::mem::take(&mut self.tail) {
+        let notes = std::mem::take(&mut self.dropped_notes);
+        let tail = std::mem::take(&mut self.tail)
+            .into_iter()
+            .map(|(line, _)| line);
+        for line in notes.into_iter().chain(tail) {
             self.out.write_all(&line)?;
             self.out.write_all(b"\n")?;
         }
@@ -226,12 +257,49 @@ mod tests {
         for i in 0..100 {
             sink.line(format!("line {i:03}").as_bytes());
         }
+        sink.received(7);
         sink.finish().expect("finish");
         let text = std::fs::read_to_string(&path).expect("read");
         assert!(text.starts_with("line 000\nline 001\nline 002\n"), "{text}");
         assert!(text.contains("log limit reached"), "{text}");
         assert!(text.ends_with("line 098\nline 099\n"), "{text}");
         assert!(text.len() < 200, "{}", text.len());
-        assert_eq!(counter.load(Ordering::Relaxed), 900);
+        assert_eq!(
+            counter.load(Ordering::Relaxed),
+            7,
+            "only bytes received count"
+        );
+    }
+
+    #[test]
+    fn notes_keep_their_place_after_the_head_is_full() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cell.log");
+        let mut sink = LogSink::create(&path, LogLimits { head: 30, tail: 20 }).expect("create");
+        sink.note("started");
+        for i in 0..50 {
+            sink.line(format!("line {i:03}").as_bytes());
+        }
+        sink.note("in the middle");
+        for i in 50..100 {
+            sink.line(format!("line {i:03}").as_bytes());
+        }
+        sink.note("watchdog: calling it a hang");
+        sink.line(b"last");
+        sink.finish().expect("finish");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(
+            text.starts_with("[gpucompat] started\nline 000\n"),
+            "{text}"
+        );
+        let marker = text.find("log limit reached").expect("marker");
+        let middle = text
+            .find("[gpucompat] in the middle")
+            .expect("middle note kept");
+        assert!(marker < middle, "{text}");
+        assert!(
+            text.ends_with("line 099\n[gpucompat] watchdog: calling it a hang\nlast\n"),
+            "{text}"
+        );
     }
 }

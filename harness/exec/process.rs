@@ -2,7 +2,7 @@
 //! and stderr drained concurrently into the cell's log, and torn down so that nothing is left.
 
 use super::logsink::{LineSplitter, LogSink};
-use super::procfs::{self, CELL_TOKEN_VAR, RUN_TOKEN_VAR, Selector};
+use super::procfs::{self, CELL_TOKEN_VAR, ProcInfo, RUN_TOKEN_VAR, Selector};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use std::io;
@@ -104,6 +104,7 @@ async fn drain(mut stream: impl AsyncRead + Unpin, log: SharedLog) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 let mut sink = lock(&log);
+                sink.received(n);
                 splitter.feed(&buf[..n], |line| sink.line(line));
                 sink.flush();
             }
@@ -139,43 +140,57 @@ impl Running {
         self.status
     }
 
+    /// Reaps the main process if it has exited (the rest are reaped by their parents or init).
+    fn reap_main(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            self.status = Some(status);
+        }
+    }
+
+    /// Polls until none of the cell's processes is alive or `limit` passes; returns those left.
+    /// With `resend`, what each poll finds gets that signal again, so a process forked meanwhile
+    /// (even out of the group) gets it too. (TERM is not sent twice: to many servers a second
+    /// TERM means "skip the graceful shutdown".)
+    async fn wait_gone(&mut self, limit: Duration, resend: Option<Signal>) -> Vec<ProcInfo> {
+        let deadline = Instant::now() + limit;
+        loop {
+            sleep(Duration::from_millis(10)).await;
+            self.reap_main();
+            let left = procfs::find_alive(&self.selector);
+            if left.is_empty() || Instant::now() >= deadline {
+                return left;
+            }
+            if let Some(signal) = resend {
+                signal_all(&left, self.pgid, signal);
+            }
+        }
+    }
+
     /// TERM to every process of the cell, `grace` to exit, KILL to the rest, then a check that
     /// none is left. Waits for the output streams to close so the log is complete.
     pub async fn teardown(&mut self, grace: Duration) -> Teardown {
+        // Each look at the cell's processes is a scan of /proc, the main cost of a short cell:
+        // every scan's result is used, and a cell with nothing left costs one scan.
+        let alive = procfs::find_alive(&self.selector);
         let mut report = Teardown {
-            found: procfs::find_alive(&self.selector).len(),
+            found: alive.len(),
             ..Teardown::default()
         };
-        signal_all(&self.selector, self.pgid, Signal::SIGTERM);
-        let deadline = Instant::now() + grace;
-        // The main process is ours to reap; the rest are reaped by their parents or by init.
-        while Instant::now() < deadline {
-            let _ = self.child.try_wait().map(|s| {
-                if s.is_some() {
-                    self.status = s;
-                }
-            });
-            if procfs::find_alive(&self.selector).is_empty() {
-                break;
+        if alive.is_empty() {
+            self.reap_main();
+        } else {
+            signal_all(&alive, self.pgid, Signal::SIGTERM);
+            let left = self.wait_gone(grace, None).await;
+            if !left.is_empty() {
+                report.killed = left.len();
+                signal_all(&left, self.pgid, Signal::SIGKILL);
+                report.survivors = self
+                    .wait_gone(Duration::from_secs(5), Some(Signal::SIGKILL))
+                    .await
+                    .iter()
+                    .map(|p| p.pid)
+                    .collect();
             }
-            sleep(Duration::from_millis(25)).await;
-        }
-        let left = procfs::find_alive(&self.selector);
-        if !left.is_empty() {
-            report.killed = left.len();
-            signal_all(&self.selector, self.pgid, Signal::SIGKILL);
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                let _ = self.child.try_wait();
-                if procfs::find_alive(&self.selector).is_empty() {
-                    break;
-                }
-                sleep(Duration::from_millis(25)).await;
-            }
-            report.survivors = procfs::find_alive(&self.selector)
-                .iter()
-                .map(|p| p.pid)
-                .collect();
         }
         if self.status.is_none() {
             if let Ok(Ok(status)) =
@@ -199,10 +214,10 @@ impl Running {
     }
 }
 
-/// Sends `signal` to the cell's group and to each of its processes outside the group.
-fn signal_all(selector: &Selector, pgid: i32, signal: Signal) {
+/// Sends `signal` to the cell's group and to each of `procs` outside the group.
+fn signal_all(procs: &[ProcInfo], pgid: i32, signal: Signal) {
     let _ = killpg(Pid::from_raw(pgid), signal);
-    for info in procfs::find_alive(selector) {
+    for info in procs {
         if info.pgid != pgid {
             let _ = kill(Pid::from_raw(info.pid), signal);
         }

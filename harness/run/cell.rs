@@ -27,6 +27,9 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
+/// How long a failed request waits for the server's exit to show (see `server`).
+const EXIT_SETTLE: Duration = Duration::from_secs(1);
+
 /// What every cell of a run shares.
 #[derive(Debug)]
 pub struct Shared {
@@ -682,6 +685,7 @@ async fn server(
         other => stopped(other, cell, log, result).is_some(),
     };
     if is_ready {
+        dog.phase_done();
         result.metrics.time_to_ready_s = Some(round3(clock.elapsed().as_secs_f64()));
         process::lock(log).note(&format!(
             "ready after {:.2}s on port {port}",
@@ -739,6 +743,16 @@ async fn server(
             Some(Err(err)) => {
                 let text = error_chain(&err);
                 note_stop(log, result.phase, &format!("request failed: {text}"));
+                // A server that crashes mid-request drops the connection a moment before its
+                // exit can be seen; wait that moment so the record keeps the exit code or signal.
+                if let Ok(Ok(status)) = tokio::time::timeout(EXIT_SETTLE, running.wait()).await {
+                    result.exit = Some(process::exit_of(status));
+                    note_stop(
+                        log,
+                        result.phase,
+                        &format!("server exited during the request: {status}"),
+                    );
+                }
                 result.trouble = Some(Trouble::Request(text));
             }
             None => {}

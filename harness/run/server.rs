@@ -3,13 +3,38 @@
 
 use regex::Regex;
 use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::{Instant, sleep};
 
-/// A free TCP port on loopback (bound, then released for the server to take).
+/// Ports handed out lately. A probed port is free again the moment the probe closes, so the
+/// kernel may offer it again to the next probe, before the first server has bound it: two server
+/// cells starting together would then get the same port and one would die on "address in use".
+static RECENT_PORTS: Mutex<VecDeque<u16>> = Mutex::new(VecDeque::new());
+/// How many recent ports are never handed out again (more than cells that start at once).
+const RECENT_KEPT: usize = 512;
+
+/// A free TCP port on loopback (bound, then released for the server to take), not one handed out
+/// lately to another cell.
 pub fn free_port() -> std::io::Result<u16> {
-    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
-    Ok(listener.local_addr()?.port())
+    for _ in 0..64 {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+        let port = listener.local_addr()?.port();
+        let mut recent = RECENT_PORTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !recent.contains(&port) {
+            if recent.len() == RECENT_KEPT {
+                recent.pop_front();
+            }
+            recent.push_back(port);
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::other(
+        "the kernel kept offering ports handed out lately",
+    ))
 }
 
 pub fn client() -> reqwest::Client {
@@ -19,6 +44,10 @@ pub fn client() -> reqwest::Client {
         .build()
         .unwrap_or_else(|_| reqwest::Client::new())
 }
+
+/// Longest pause between health checks. The time to ready the record reports is when a check
+/// first succeeds, so it can be late by this much; checks are cheap for a server.
+const HEALTH_POLL_MAX: Duration = Duration::from_millis(200);
 
 /// Polls `GET path` until it answers 2xx. Never returns otherwise: the caller's `select!` bounds it
 /// with the ready deadline, the watchdog and the server's exit.
@@ -35,7 +64,7 @@ pub async fn wait_healthy(client: &reqwest::Client, port: u16, path: &str) {
             return;
         }
         sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_millis(500));
+        delay = (delay * 2).min(HEALTH_POLL_MAX);
     }
 }
 
@@ -286,6 +315,14 @@ mod tests {
         assert!(validate("a\u{1}b", None).is_err());
         assert!(validate("London", paris.as_ref()).is_err());
         assert!(validate("aaaaaaab", None).is_ok());
+    }
+
+    #[test]
+    fn free_ports_are_not_handed_out_twice() {
+        let mut ports: Vec<u16> = (0..200).map(|_| free_port().expect("port")).collect();
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), 200);
     }
 
     #[test]

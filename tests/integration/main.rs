@@ -11,3 +11,4 @@ mod matrix_good;
 mod matrix_ids;
 mod matrix_props;
 mod report;
+mod run;

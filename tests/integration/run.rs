@@ -1,0 +1,1203 @@
+//! `gpucompat run` with real processes, not mocks: job cells that pass, fail with CUDA errors,
+//! hang, busy-loop, compile silently, flood their output or leave children behind; server cells
+//! (a small stand-in OpenAI-style server) that answer, answer wrongly, never become ready, crash
+//! or hang. Then what must hold around them: the environment a command sees, the watchdog's
+//! verdicts and how soon they come, teardown leaving nothing alive, bounded logs, Ctrl-C and
+//! `--resume`, a harness killed with SIGKILL, and bad input.
+//!
+//! Fixtures: `tests/fixtures/run/job.sh` (job modes) and `tests/fixtures/run/fake_server.py`.
+//! Every wait is a poll with a deadline; timing bounds are generous (a loaded CI machine must
+//! pass).
+
+use crate::util::{Sandbox, gpucompat, repo_root};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Teardown grace for every run here: fixtures that ignore SIGTERM cost this much each.
+const GRACE: &str = "300ms";
+
+/// An `[env]` line that marks every process of a scene's cells, for [`Scene::marked_alive`]
+/// (`@SANDBOX@` becomes the sandbox path).
+const MARKER_ENV: &str = "TEST_SANDBOX = \"@SANDBOX@\"";
+
+/// An absolute fixture path, single-quoted for `sh`.
+fn fixture(name: &str) -> String {
+    let path = repo_root().join("tests/fixtures/run").join(name);
+    format!("'{}'", path.display())
+}
+
+/// `sh job.sh ...` as a matrix command.
+fn job_sh() -> String {
+    format!("sh {}", fixture("job.sh"))
+}
+
+/// `python3 fake_server.py` as a matrix command (`$PYTHON`: see [`python`]).
+fn server_py() -> String {
+    format!("$PYTHON {}", fixture("fake_server.py"))
+}
+
+/// The interpreter `python3` from PATH resolves to, passed to cells as `$PYTHON`: a version
+/// manager's shim (pyenv) costs a dozen processes and file reads per start, which on a crowded
+/// machine can stall a server's start longer than the tests' one-second windows.
+fn python() -> &'static str {
+    static PYTHON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let out = Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("python3 on PATH");
+        let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if path.is_empty() || path.contains(char::is_whitespace) {
+            "python3".to_owned()
+        } else {
+            path
+        }
+    })
+}
+
+/// A sandbox holding a matrix file and an inventory, and the run folder `out/` once it ran.
+struct Scene {
+    sandbox: Sandbox,
+    matrix: PathBuf,
+    inventory: PathBuf,
+}
+
+impl Scene {
+    /// `matrix` may use `@SANDBOX@`, replaced by the sandbox path. The inventory has no GPUs.
+    fn new(matrix: &str) -> Scene {
+        Scene::with_inventory(matrix, "host = \"test-host\"\n")
+    }
+
+    fn with_inventory(matrix: &str, inventory: &str) -> Scene {
+        let sandbox = Sandbox::new();
+        let text = matrix.replace("@SANDBOX@", &sandbox.path().display().to_string());
+        let matrix = sandbox.file("matrix.toml", &text);
+        let inventory = sandbox.file("inventory.toml", inventory);
+        Scene {
+            sandbox,
+            matrix,
+            inventory,
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.sandbox.path().join(name)
+    }
+
+    fn out(&self) -> PathBuf {
+        self.path("out")
+    }
+
+    /// `run MATRIX --out out --inventory INV --grace GRACE --cache-dir cache EXTRA...`
+    fn args(&self, extra: &[&str]) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec![
+            "run".into(),
+            self.matrix.clone().into(),
+            "--out".into(),
+            self.out().into(),
+            "--inventory".into(),
+            self.inventory.clone().into(),
+            "--grace".into(),
+            GRACE.into(),
+            "--cache-dir".into(),
+            self.path("cache").into(),
+        ];
+        args.extend(extra.iter().map(OsString::from));
+        args
+    }
+
+    /// Runs to the end and returns what the harness printed and its exit status.
+    fn run(&self, extra: &[&str]) -> Output {
+        gpucompat()
+            .args(self.args(extra))
+            .env("CI", "true")
+            .env("PYTHON", python())
+            .timeout(Duration::from_secs(60))
+            .output()
+            .expect("run gpucompat")
+    }
+
+    /// Starts the harness in the background (to signal it).
+    fn spawn(&self, extra: &[&str]) -> Child {
+        Command::new(env!("CARGO_BIN_EXE_gpucompat"))
+            .args(self.args(extra))
+            .env("CI", "true")
+            .env("PYTHON", python())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn gpucompat")
+    }
+
+    /// Every line of `results.jsonl`, parsed (a line that does not parse fails the test).
+    fn records(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.out().join("results.jsonl")).unwrap_or_default();
+        text.lines()
+            .map(|line| serde_json::from_str(line).expect("results.jsonl line is JSON"))
+            .collect()
+    }
+
+    /// The one record of cell `id`.
+    fn record(&self, id: &str) -> Value {
+        let matching: Vec<Value> = self
+            .records()
+            .into_iter()
+            .filter(|r| r["id"] == id)
+            .collect();
+        assert_eq!(matching.len(), 1, "records of {id}: {matching:#?}");
+        matching.into_iter().next().expect("one record")
+    }
+
+    /// The log a record points at.
+    fn log(&self, record: &Value) -> String {
+        let relative = record["log"].as_str().expect("log path");
+        let bytes = std::fs::read(self.out().join(relative)).expect("read cell log");
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    fn manifest(&self) -> Value {
+        let text =
+            std::fs::read_to_string(self.out().join("manifest.json")).expect("read manifest");
+        serde_json::from_str(&text).expect("manifest is JSON")
+    }
+
+    /// Pids the fixtures wrote into `name`.
+    fn pids(&self, name: &str) -> Vec<i32> {
+        std::fs::read_to_string(self.path(name))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+
+    /// Live processes that carry this sandbox's marker in their environment.
+    fn marked_alive(&self) -> Vec<i32> {
+        let marker = format!("TEST_SANDBOX={}", self.sandbox.path().display());
+        let mut alive = Vec::new();
+        for entry in std::fs::read_dir("/proc").expect("read /proc").flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+                continue;
+            };
+            if has_marker(pid, &marker) && is_running(pid) {
+                alive.push(pid);
+            }
+        }
+        alive
+    }
+
+    /// Asserts that the processes listed in `pids_file` and every marked process are gone.
+    fn assert_nothing_left(&self, pids_file: &str, expect_at_least: usize) {
+        let pids = self.pids(pids_file);
+        assert!(
+            pids.len() >= expect_at_least,
+            "fixtures recorded {} pids, expected at least {expect_at_least}",
+            pids.len()
+        );
+        let marker = format!("TEST_SANDBOX={}", self.sandbox.path().display());
+        let left: Vec<String> = pids
+            .iter()
+            .filter(|&&pid| is_running(pid) && has_marker(pid, &marker))
+            .map(|&pid| describe(pid))
+            .collect();
+        assert!(left.is_empty(), "cell processes outlived the run: {left:?}");
+        let marked = self.marked_alive();
+        assert!(
+            marked.is_empty(),
+            "processes with the sandbox marker outlived the run: {:?}",
+            marked.iter().map(|&p| describe(p)).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// Whether a process exists and is not a zombie.
+fn is_running(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+        .unwrap_or("X");
+    !matches!(state, "Z" | "X")
+}
+
+/// Whether a process's environment holds `marker` (so a reused pid is not mistaken for ours).
+fn has_marker(pid: i32, marker: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|env| env.split(|b| *b == 0).any(|e| e == marker.as_bytes()))
+        .unwrap_or(false)
+}
+
+fn describe(pid: i32) -> String {
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    format!(
+        "{pid}: {}",
+        String::from_utf8_lossy(&cmd).replace('\0', " ").trim()
+    )
+}
+
+/// Polls `done` every 20 ms until it holds; fails the test after `limit`.
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for a spawned harness to exit (killing it after `limit`) and returns its output.
+fn finish(mut child: Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("wait for gpucompat").is_some() {
+            return child.wait_with_output().expect("collect output");
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collect output");
+            panic!(
+                "gpucompat did not exit within {limit:?}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn now_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs_f64()
+}
+
+/// A time the fixtures wrote with Python's `time.time()`.
+fn stamp(path: &Path) -> f64 {
+    std::fs::read_to_string(path)
+        .expect("read stamp")
+        .trim()
+        .parse()
+        .expect("stamp is a number")
+}
+
+fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).into_owned()
+}
+
+fn str_of<'a>(record: &'a Value, key: &str) -> &'a str {
+    record[key].as_str().unwrap_or("")
+}
+
+fn f64_of(value: &Value) -> f64 {
+    value
+        .as_f64()
+        .unwrap_or_else(|| panic!("not a number: {value}"))
+}
+
+/// The last record of every cell, by id.
+fn by_id(records: &[Value]) -> BTreeMap<String, Value> {
+    records
+        .iter()
+        .map(|r| (str_of(r, "id").to_owned(), r.clone()))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statuses and the exit code
+
+#[test]
+fn statuses_signatures_and_exit_code() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+case = ["pass", "fail", "xfail", "xpass", "flaky", "segv"]
+[[matrix.include]]
+case = "pass"
+mode = "pass"
+[[matrix.include]]
+case = "fail"
+mode = "no-kernel-image"
+[[matrix.include]]
+case = "xfail"
+mode = "illegal-address"
+[[matrix.include]]
+case = "xpass"
+mode = "pass"
+[[matrix.include]]
+case = "flaky"
+mode = "flaky flaky.marker"
+[[matrix.include]]
+case = "segv"
+mode = "segv"
+[[matrix.include]]
+case = "skip"
+gpu = "sm_90"
+mode = "pass"
+
+[resources]
+gpus = "{{gpu}}"
+
+[job]
+# `exec`: the job script is the cell's main process, so a death by signal is seen as one.
+command = "exec {job} {{mode}}"
+timeout = "30s"
+no-progress = "10s"
+
+[retry]
+count = 1
+on = ["collective_timeout"]
+
+[[expect]]
+when = {{ case = "xfail" }}
+signature = "illegal_address"
+link = "https://example.invalid/issues/1"
+
+[[expect]]
+when = {{ case = "xpass" }}
+signature = "no_kernel_image"
+link = "https://example.invalid/issues/2"
+"#,
+        job = job_sh()
+    ));
+    let out = scene.run(&["--jobs", "4"]);
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+
+    let records = scene.records();
+    assert_eq!(records.len(), 7, "{records:#?}");
+    let by_id = by_id(&records);
+    let status = |id: &str| str_of(&by_id[id], "status").to_owned();
+
+    assert_eq!(status("pass"), "pass");
+    assert!(by_id["pass"]["signature"].is_null());
+    assert_eq!(by_id["pass"]["exit"]["code"], 0);
+
+    let fail = &by_id["fail"];
+    assert_eq!(status("fail"), "fail");
+    assert_eq!(fail["signature"], "no_kernel_image");
+    assert_eq!(fail["phase"], "launch");
+    assert_eq!(fail["exit"]["code"], 1);
+    assert_eq!(fail["attempts"], 1, "no_kernel_image is not retried");
+    assert!(scene.log(fail).contains("no kernel image is available"));
+
+    assert_eq!(status("xfail"), "xfail");
+    assert_eq!(by_id["xfail"]["signature"], "illegal_address");
+    assert_eq!(status("xpass"), "xpass");
+    assert!(
+        str_of(&by_id["xpass"], "reason").contains("issues/2"),
+        "{:#?}",
+        by_id["xpass"]
+    );
+
+    let flaky = &by_id["flaky"];
+    assert_eq!(status("flaky"), "flaky");
+    assert_eq!(flaky["attempts"], 2);
+    assert_eq!(flaky["log"], "logs/flaky.attempt2.log");
+    let first = std::fs::read_to_string(scene.out().join("logs/flaky.log")).expect("attempt 1");
+    assert!(
+        first.contains("timed out waiting for completion flag"),
+        "{first}"
+    );
+
+    let segv = &by_id["segv"];
+    assert_eq!(status("segv"), "fail");
+    assert_eq!(segv["signature"], "segfault");
+    assert_eq!(segv["exit"]["signal"], 11, "{segv:#?}");
+
+    // A cell an `include` entry created is named by its values for the axes it names.
+    let skip = &by_id["skip"];
+    assert_eq!(skip["status"], "skip");
+    assert!(str_of(skip, "reason").contains("sm_90"), "{skip:#?}");
+
+    // The summary names what did not pass; CI gets plain lines, one per event.
+    for id in ["fail", "xfail", "xpass", "flaky", "segv", "skip"] {
+        assert!(stdout.contains(id), "summary lacks {id}:\n{stdout}");
+    }
+    assert!(stderr.contains("    PASS ["), "{stderr}");
+    assert!(stderr.contains("    FAIL ["), "{stderr}");
+    let manifest = scene.manifest();
+    assert_eq!(manifest["state"], "finished");
+    assert_eq!(manifest["cells"], 7);
+    assert_eq!(manifest["host"], "test-host");
+    let plan: Value = serde_json::from_str(
+        &std::fs::read_to_string(scene.out().join("plan.json")).expect("plan.json"),
+    )
+    .expect("plan.json is JSON");
+    assert_eq!(plan["cells"].as_array().map(Vec::len), Some(7));
+    let logs = std::fs::read_dir(scene.out().join("logs"))
+        .expect("logs/")
+        .count();
+    assert_eq!(logs, 8, "one log per attempt, the skipped cell's included");
+}
+
+#[test]
+fn expected_failures_only_exit_0() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+case = ["pass", "known"]
+[[matrix.include]]
+case = "pass"
+mode = "pass"
+[[matrix.include]]
+case = "known"
+mode = "no-kernel-image"
+[job]
+command = "{job} {{mode}}"
+[[expect]]
+when = {{ case = "known" }}
+signature = "no_kernel_image"
+"#,
+        job = job_sh()
+    ));
+    let out = scene.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(scene.record("known")["status"], "xfail");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The environment a command sees
+
+#[test]
+fn environment_contract_with_a_mixed_inventory() {
+    let scene = Scene::with_inventory(
+        &format!(
+            r#"
+[matrix]
+flashinfer = ["0.6.3"]
+gpu = ["sm_86+sm_89", "sm_89", "sm_90"]
+[resources]
+gpus = "{{gpu}}"
+[packages]
+flashinfer = "flashinfer-python"
+[env]
+TEST_EXTRA = "fi-{{flashinfer}}"
+[job]
+command = "{job} env"
+"#,
+            job = job_sh()
+        ),
+        r#"
+host = "mixed-rig"
+[[gpu]]
+index = 0
+name = "NVIDIA GeForce RTX 4090"
+arch = "sm_89"
+[[gpu]]
+index = 1
+name = "NVIDIA GeForce RTX 3090"
+arch = "sm_86"
+"#,
+    );
+    let out = scene.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let records = scene.records();
+    assert_eq!(records.len(), 3);
+    let of_gpu = |gpu: &str| {
+        records
+            .iter()
+            .find(|r| r["values"]["gpu"] == gpu)
+            .unwrap_or_else(|| panic!("no record for {gpu}"))
+            .clone()
+    };
+    let env_of = |record: &Value| -> BTreeMap<String, String> {
+        scene
+            .log(record)
+            .lines()
+            .filter(|l| !l.starts_with("[gpucompat]"))
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    };
+    let sandbox = scene
+        .sandbox
+        .path()
+        .canonicalize()
+        .expect("canonical sandbox");
+
+    let pair = of_gpu("sm_86+sm_89");
+    assert_eq!(pair["status"], "pass");
+    let env = env_of(&pair);
+    assert_eq!(env["GPUCOMPAT_CELL_ID"], str_of(&pair, "id"));
+    assert_eq!(env["GPUCOMPAT_FLASHINFER"], "0.6.3");
+    assert_eq!(env["GPUCOMPAT_GPU"], "sm_86+sm_89");
+    assert_eq!(env["GPUCOMPAT_PINS"], "flashinfer-python==0.6.3");
+    // The sm_86 card (index 1) first, as the cell asked.
+    assert_eq!(env["CUDA_VISIBLE_DEVICES"], "1,0");
+    assert_eq!(env["TEST_EXTRA"], "fi-0.6.3");
+    assert_eq!(
+        Path::new(&env["PWD"]),
+        sandbox,
+        "cwd is the matrix file's folder"
+    );
+    let cache = scene.path("cache").display().to_string();
+    for key in ["FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR"] {
+        assert!(
+            env[key].starts_with(&cache),
+            "{key}={} is not under {cache}",
+            env[key]
+        );
+    }
+    let gpus: Vec<(u64, &str)> = pair["runner"]["gpus"]
+        .as_array()
+        .expect("runner.gpus")
+        .iter()
+        .map(|g| {
+            (
+                g["index"].as_u64().unwrap_or(99),
+                g["arch"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(gpus, [(1, "sm_86"), (0, "sm_89")]);
+    assert_eq!(pair["runner"]["host"], "mixed-rig");
+
+    let single = of_gpu("sm_89");
+    assert_eq!(env_of(&single)["CUDA_VISIBLE_DEVICES"], "0");
+
+    let missing = of_gpu("sm_90");
+    assert_eq!(missing["status"], "skip");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The watchdog: deadlock, timeout, silent compile
+
+/// A one-cell job run with a 1 s no-progress window; returns the record and when the run ended.
+fn watchdog_run(args: &str, timeout: &str) -> (Scene, Value, f64) {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+case = ["watched"]
+[job]
+command = "{job} {args}"
+timeout = "{timeout}"
+no-progress = "1s"
+"#,
+        job = job_sh()
+    ));
+    let out = scene.run(&[]);
+    let ended = now_s();
+    let record = scene.record("watched");
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "{}",
+        text(&out.stderr)
+    );
+    (scene, record, ended)
+}
+
+#[test]
+fn idle_hang_is_a_deadlock_soon_after_the_window() {
+    let (scene, record, ended) = watchdog_run("hang hang.stamp", "30s");
+    assert_eq!(record["status"], "fail");
+    assert_eq!(record["signature"], "deadlock", "{record:#?}");
+    assert_eq!(record["phase"], "launch");
+    let latency = ended - stamp(&scene.path("hang.stamp"));
+    assert!(
+        (0.9..4.0).contains(&latency),
+        "deadlock verdict {latency:.2}s after the hang began (window 1s)"
+    );
+    assert!(scene.log(&record).contains("watchdog"));
+}
+
+#[test]
+fn busy_loop_past_the_deadline_is_a_timeout() {
+    let (scene, record, _) = watchdog_run("busy", "2500ms");
+    assert_eq!(record["status"], "fail");
+    assert_eq!(record["signature"], "timeout", "{record:#?}");
+    assert_eq!(record["phase"], "launch");
+    let duration = f64_of(&record["duration_s"]);
+    assert!(
+        (2.4..6.0).contains(&duration),
+        "busy cell ended after {duration}s (deadline 2.5s)"
+    );
+    assert!(scene.log(&record).contains("deadline"));
+}
+
+#[test]
+fn silent_compile_longer_than_the_window_is_progress() {
+    let (_scene, record, _) = watchdog_run("compile 2.5", "30s");
+    assert_eq!(record["status"], "pass", "{record:#?}");
+    assert!(f64_of(&record["duration_s"]) >= 2.5);
+}
+
+#[test]
+fn progress_bar_without_newlines_is_progress() {
+    // A download's progress bar redraws one line with `\r` for 3 s, sleeping in between: no
+    // CPU, no newline, but output all the same.
+    let (scene, record, _) = watchdog_run("progress-bar 3", "30s");
+    assert_eq!(
+        record["status"],
+        "pass",
+        "{record:#?}\n{}",
+        scene.log(&record)
+    );
+}
+
+#[test]
+fn compile_then_idle_is_a_deadlock() {
+    let (scene, record, ended) = watchdog_run("compile-hang 2 idle.stamp", "30s");
+    assert_eq!(record["signature"], "deadlock", "{record:#?}");
+    assert_eq!(record["phase"], "launch");
+    let idle_at = stamp(&scene.path("idle.stamp"));
+    let latency = ended - idle_at;
+    assert!(
+        (0.9..4.0).contains(&latency),
+        "deadlock verdict {latency:.2}s after the compile ended (window 1s)"
+    );
+    assert!(f64_of(&record["duration_s"]) >= 2.0, "{record:#?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server cells
+
+#[test]
+fn server_cells_pass_fail_and_leave_nothing_behind() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+mode = ["ok", "ok-json", "wrong", "never-ready", "crash-before-ready", "crash-in-request",
+        "hang-in-request", "compile", "multi-worker"]
+[[matrix.include]]
+mode = "compile"
+extra = "--seconds 2"
+[[matrix.include]]
+mode = "multi-worker"
+extra = "--seconds 1.5 --workers 3"
+
+[env]
+{marker}
+
+[server]
+# Every server forks workers that ignore SIGTERM and one that leaves the process group.
+command = "{server} {{mode}} --port {{port}} --workers 2 --ignore-term --escape --pids pids.txt"
+args = "{{extra}}"
+prompt = "The capital of France is"
+max-tokens = 16
+expect = "(?i)paris"
+ready-timeout = "20s"
+timeout = "30s"
+no-progress = "1s"
+"#,
+        marker = MARKER_ENV,
+        server = server_py()
+    ));
+    let out = scene.run(&["--jobs", "9"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let records = by_id(&scene.records());
+    assert_eq!(records.len(), 9, "{records:#?}");
+    let expect = |id: &str, status: &str, signature: Option<&str>, phase: &str| {
+        let r = &records[id];
+        let log = scene.log(r);
+        assert_eq!(r["status"], status, "{id}: {r:#?}\n{log}");
+        match signature {
+            Some(s) => assert_eq!(r["signature"], s, "{id}: {r:#?}\n{log}"),
+            None => assert!(r["signature"].is_null(), "{id}: {r:#?}"),
+        }
+        assert_eq!(r["phase"], phase, "{id}: {r:#?}\n{log}");
+        r.clone()
+    };
+
+    let ok = expect("ok", "pass", None, "teardown");
+    let m = &ok["metrics"];
+    for key in ["time_to_ready_s", "ttft_s", "tokens_per_s", "tpot_s"] {
+        assert!(f64_of(&m[key]) > 0.0, "ok: {key} missing: {m:#?}");
+    }
+    assert!(f64_of(&m["ttft_s"]) <= f64_of(&ok["duration_s"]));
+    assert!(scene.log(&ok).contains("fired up and ready to roll"));
+
+    let json = expect("ok-json", "pass", None, "teardown");
+    assert!(f64_of(&json["metrics"]["time_to_ready_s"]) > 0.0);
+    assert!(f64_of(&json["metrics"]["tokens_per_s"]) > 0.0, "{json:#?}");
+
+    let wrong = expect("wrong", "fail", Some("wrong_output"), "validate");
+    assert!(scene.log(&wrong).contains("!!!!"));
+
+    expect("never-ready", "fail", Some("deadlock"), "ready");
+
+    let crash = expect(
+        "crash-before-ready",
+        "fail",
+        Some("illegal_address"),
+        "ready",
+    );
+    assert_eq!(crash["exit"]["code"], 1, "{crash:#?}");
+
+    let segv = expect("crash-in-request", "fail", Some("segfault"), "infer");
+    assert!(
+        !segv["exit"].is_null(),
+        "the exit of a crashed server is kept: {segv:#?}"
+    );
+
+    expect("hang-in-request", "fail", Some("deadlock"), "infer");
+
+    let compile = expect("compile", "pass", None, "teardown");
+    assert!(
+        f64_of(&compile["metrics"]["time_to_ready_s"]) >= 2.0,
+        "{compile:#?}"
+    );
+
+    // Worker 0 compiles for 1.5 s while the others wait: progress. Then everyone waits: a hang.
+    let multi = expect("multi-worker", "fail", Some("deadlock"), "ready");
+    assert!(f64_of(&multi["duration_s"]) >= 1.5, "{multi:#?}");
+    assert!(scene.log(&multi).contains("Waiting for rank 0"));
+
+    // Mains, SIGTERM-ignoring workers and the setsid escapees of all nine servers are gone.
+    scene.assert_nothing_left("pids.txt", 9);
+}
+
+#[test]
+fn server_compiling_past_its_ready_timeout_is_a_timeout_in_ready() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+engine = ["jit"]
+[server]
+command = "{server} compile --port {{port}} --seconds 60"
+ready-timeout = "2s"
+timeout = "30s"
+no-progress = "1s"
+"#,
+        server = server_py()
+    ));
+    let out = scene.run(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let record = scene.record("jit");
+    assert_eq!(record["signature"], "timeout", "{record:#?}");
+    assert_eq!(record["phase"], "ready");
+    let duration = f64_of(&record["duration_s"]);
+    assert!((2.0..6.0).contains(&duration), "{duration}");
+}
+
+#[test]
+fn ready_line_readiness_and_stubborn_workers_are_killed() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+engine = ["fake"]
+[env]
+{marker}
+[server]
+# No health route at all: only the log line says the server is ready.
+command = """{server} ok --port {{port}} --no-health --ready-delay 0.3 \
+    --workers 2 --ignore-term --escape --pids pids.txt"""
+ready-line = "fired up and ready to roll"
+expect = "(?i)paris"
+no-progress = "5s"
+timeout = "30s"
+"#,
+        marker = MARKER_ENV,
+        server = server_py()
+    ));
+    let out = scene.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let record = scene.record("fake");
+    assert_eq!(record["status"], "pass", "{record:#?}");
+    assert!(f64_of(&record["metrics"]["time_to_ready_s"]) >= 0.3);
+    let log = scene.log(&record);
+    assert!(log.contains("ignored SIGTERM"), "{log}");
+    scene.assert_nothing_left("pids.txt", 4);
+}
+
+#[test]
+fn silence_before_ready_does_not_count_against_the_request() {
+    // A server that prints nothing: ready after 1 s of silence, then 2.4 s of silence before it
+    // answers. Neither phase is idle for the 3 s window; only the two together would be. The
+    // server turning ready is progress the harness saw itself.
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+engine = ["quiet"]
+[server]
+command = "{server} ok --port {{port}} --quiet --ready-delay 1 --answer-delay 2.4"
+expect = "(?i)paris"
+no-progress = "3s"
+timeout = "30s"
+"#,
+        server = server_py()
+    ));
+    let out = scene.run(&[]);
+    let record = scene.record("quiet");
+    assert_eq!(
+        record["status"],
+        "pass",
+        "{record:#?}\n{}",
+        scene.log(&record)
+    );
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn job_child_outliving_its_main_process_is_killed_and_counted() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+case = ["orphan"]
+[env]
+{marker}
+[job]
+command = "{job} orphan pids.txt"
+"#,
+        marker = MARKER_ENV,
+        job = job_sh()
+    ));
+    let out = scene.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let record = scene.record("orphan");
+    assert_eq!(record["status"], "pass");
+    assert!(record["leaked"].as_u64().unwrap_or(0) >= 1, "{record:#?}");
+    scene.assert_nothing_left("pids.txt", 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounded logs
+
+#[test]
+fn fifty_megabytes_of_output_keep_head_and_tail_within_the_limit() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+case = ["flood"]
+[job]
+command = "{job} flood 50000000"
+"#,
+        job = job_sh()
+    ));
+    let out = scene.run(&["--log-limit", "1MiB"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let record = scene.record("flood");
+    assert_eq!(record["status"], "pass");
+    let path = scene.out().join(str_of(&record, "log"));
+    let size = std::fs::metadata(&path).expect("log").len();
+    assert!(size <= (1 << 20) + 8 * 1024, "log is {size} bytes");
+    assert!(size >= 1 << 19, "log is only {size} bytes");
+    let log = scene.log(&record);
+    let head = log.find("HEAD-MARKER").expect("head kept");
+    let marker = log.find("log limit reached").expect("gap marker");
+    let tail = log.rfind("TAIL-MARKER").expect("tail kept");
+    assert!(
+        head < marker && marker < tail,
+        "order: {head} {marker} {tail}"
+    );
+    assert!(head < 1024, "the head starts the log");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Interruption, resume, crashes of the harness
+
+#[test]
+fn ctrl_c_keeps_finished_cells_and_resume_runs_the_rest() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+case = ["fast", "slow"]
+[[matrix.include]]
+case = "fast"
+mode = "count fast.count"
+[[matrix.include]]
+case = "slow"
+mode = "once slow.marker slow.count"
+[env]
+{marker}
+[job]
+command = "{job} {{mode}}"
+"#,
+        marker = MARKER_ENV,
+        job = job_sh()
+    ));
+    let child = scene.spawn(&["--jobs", "2"]);
+    let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    wait_until(
+        "the fast cell's record and the slow cell hanging",
+        Duration::from_secs(20),
+        || scene.path("slow.marker").exists() && scene.records().len() == 1,
+    );
+    // A second harness cannot write the folder while the first one runs.
+    let second = scene.run(&["--resume"]);
+    assert_eq!(second.status.code(), Some(2));
+    assert!(
+        text(&second.stderr).contains("another gpucompat run"),
+        "{}",
+        text(&second.stderr)
+    );
+    kill(pid, Signal::SIGINT).expect("send SIGINT");
+    let out = finish(child, Duration::from_secs(20));
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(stdout.contains("interrupted"), "{stdout}");
+    assert!(stdout.contains("--resume"), "{stdout}");
+    assert_eq!(scene.manifest()["state"], "interrupted");
+    let records = scene.records();
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0]["id"], "fast");
+    assert!(
+        scene.marked_alive().is_empty(),
+        "Ctrl-C left cell processes"
+    );
+
+    let out = scene.run(&["--resume"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let records = by_id(&scene.records());
+    assert_eq!(records.len(), 2);
+    assert_eq!(records["slow"]["status"], "pass");
+    let runs = |name: &str| {
+        std::fs::read_to_string(scene.path(name))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    assert_eq!(runs("fast.count"), 1, "the finished cell ran again");
+    assert_eq!(runs("slow.count"), 2);
+    let manifest = scene.manifest();
+    assert_eq!(manifest["state"], "finished");
+    assert_eq!(manifest["resumes"], 1);
+}
+
+#[test]
+fn sigterm_tears_down_a_server_and_its_stubborn_workers() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+engine = ["stuck"]
+[env]
+{marker}
+[server]
+command = "{server} never-ready --port {{port}} --workers 2 --ignore-term --escape --pids pids.txt"
+no-progress = "30s"
+timeout = "60s"
+"#,
+        marker = MARKER_ENV,
+        server = server_py()
+    ));
+    let child = scene.spawn(&[]);
+    let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    wait_until(
+        "the server and its workers",
+        Duration::from_secs(20),
+        || scene.pids("pids.txt").len() >= 4,
+    );
+    kill(pid, Signal::SIGTERM).expect("send SIGTERM");
+    let out = finish(child, Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    assert!(
+        scene.records().is_empty(),
+        "an interrupted cell has no record"
+    );
+    assert_eq!(scene.manifest()["state"], "interrupted");
+    scene.assert_nothing_left("pids.txt", 4);
+}
+
+#[test]
+fn resume_repairs_a_record_cut_short_by_a_crash() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+case = ["a", "b"]
+[job]
+command = "{job} count {{case}}.count"
+"#,
+        job = job_sh()
+    ));
+    let out = scene.run(&["--cell", "a"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // A crash in the middle of writing b's record leaves half a line.
+    let results = scene.out().join("results.jsonl");
+    let mut bytes = std::fs::read(&results).expect("results");
+    bytes.extend_from_slice(br#"{"id":"b","values":{"case":"b"},"pins":[],"sta"#);
+    std::fs::write(&results, bytes).expect("write");
+
+    let out = scene.run(&["--resume"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let records = scene.records();
+    let ids: Vec<&str> = records.iter().map(|r| str_of(r, "id")).collect();
+    assert_eq!(ids, ["a", "b"]);
+    let count = |name: &str| {
+        std::fs::read_to_string(scene.path(name))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    assert_eq!(count("a.count"), 1);
+    assert_eq!(count("b.count"), 1);
+}
+
+#[test]
+fn harness_killed_by_sigkill_leaves_no_cell_process() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+case = ["sleeper"]
+[env]
+{marker}
+[job]
+command = "{job} sleeper pids.txt"
+"#,
+        marker = MARKER_ENV,
+        job = job_sh()
+    ));
+    let mut child = scene.spawn(&[]);
+    wait_until("the sleeper's pid", Duration::from_secs(20), || {
+        !scene.pids("pids.txt").is_empty()
+    });
+    let sleeper = scene.pids("pids.txt")[0];
+    assert!(is_running(sleeper));
+    child.kill().expect("SIGKILL the harness");
+    let _ = child.wait();
+    let killed = Instant::now();
+    wait_until(
+        "the reaper to kill the sleeper",
+        Duration::from_secs(5),
+        || !is_running(sleeper) && scene.marked_alive().is_empty(),
+    );
+    eprintln!("sleeper gone {:?} after the harness", killed.elapsed());
+
+    // The folder survived: the run is marked as still running, and `--resume` finishes it.
+    assert_eq!(scene.manifest()["state"], "running");
+    assert!(scene.records().is_empty());
+    let out = scene.run(&["--resume"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(scene.record("sleeper")["status"], "pass");
+    assert_eq!(scene.manifest()["state"], "finished");
+}
+
+#[test]
+fn harness_killed_by_sigkill_leaves_no_server_worker() {
+    // Workers ignore SIGTERM and one left the process group: the reaper finds them by the run's
+    // token and kills them after its grace second.
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+engine = ["stuck"]
+[env]
+{marker}
+[server]
+command = "{server} never-ready --port {{port}} --workers 2 --ignore-term --escape --pids pids.txt"
+no-progress = "60s"
+timeout = "120s"
+"#,
+        marker = MARKER_ENV,
+        server = server_py()
+    ));
+    let mut child = scene.spawn(&[]);
+    wait_until(
+        "the server and its workers",
+        Duration::from_secs(20),
+        || scene.pids("pids.txt").len() >= 4,
+    );
+    child.kill().expect("SIGKILL the harness");
+    let _ = child.wait();
+    let pids = scene.pids("pids.txt");
+    wait_until(
+        "the reaper to kill every worker",
+        Duration::from_secs(6),
+        || pids.iter().all(|&pid| !is_running(pid)) && scene.marked_alive().is_empty(),
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input: exit 2, nothing run
+
+fn passing_scene() -> Scene {
+    Scene::new(&format!(
+        r#"
+[matrix]
+case = ["alpha", "beta"]
+[job]
+command = "{job} pass"
+"#,
+        job = job_sh()
+    ))
+}
+
+#[test]
+fn unknown_cell_exits_2_with_a_suggestion() {
+    let scene = passing_scene();
+    let out = scene.run(&["--cell", "alpah"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("did you mean `alpha`?"), "{stderr}");
+    assert!(scene.records().is_empty());
+}
+
+#[test]
+fn existing_run_folder_without_resume_exits_2() {
+    let scene = passing_scene();
+    assert_eq!(scene.run(&[]).status.code(), Some(0));
+    let out = scene.run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--resume"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        scene.records().len(),
+        2,
+        "the first run's records are untouched"
+    );
+}
+
+#[test]
+fn bad_inventory_exits_2() {
+    let scene = Scene::with_inventory(
+        &format!(
+            r#"
+[matrix]
+case = ["alpha"]
+[job]
+command = "{job} pass"
+"#,
+            job = job_sh()
+        ),
+        "[[gpu]]\nindex = 0\nname = \"RTX 3090\"\narch = \"ampere\"\n",
+    );
+    let out = scene.run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("ampere"), "{stderr}");
+    assert!(!scene.out().join("results.jsonl").exists());
+}
+
+#[test]
+fn resume_without_a_run_exits_2() {
+    let scene = passing_scene();
+    let out = scene.run(&["--resume"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("nothing to resume"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn resume_with_another_matrix_exits_2() {
+    let scene = passing_scene();
+    assert_eq!(scene.run(&[]).status.code(), Some(0));
+    let text_now = std::fs::read_to_string(&scene.matrix).expect("matrix");
+    std::fs::write(&scene.matrix, text_now.replace("\"beta\"", "\"gamma\"")).expect("write");
+    let out = scene.run(&["--resume"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("another matrix"),
+        "{}",
+        text(&out.stderr)
+    );
+}
