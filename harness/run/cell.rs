@@ -14,6 +14,7 @@ use crate::exec::process::{self, CellCommand, Running, SharedLog};
 use crate::exec::reaper::Reaper;
 use crate::matrix::template::value_text;
 use crate::matrix::{CacheMode, Cell, Engine, Plan};
+use crate::provision::{self, EnvSpec, ProvisionError};
 use crate::record::{CellRecord, Exit, FORMAT_VERSION, GpuInfo, Metrics, Phase, Runner};
 use crate::signature::Signature;
 use crate::watchdog::{GpuActivity, Idle, Watchdog};
@@ -67,6 +68,8 @@ enum Trouble {
     Watchdog(Verdict),
     Request(String),
     Invalid(String),
+    /// The cell's environment could not be installed; the installer's output is in the log.
+    Provision(String),
     /// The harness could not start the cell (spawn failed, port or log unavailable).
     Infra(String),
 }
@@ -118,7 +121,12 @@ pub async fn run_cell(
     };
     let (status, reason) = outcome::decide(last_attempt, failures, cell.expectation.as_ref());
     let detail = match &last.trouble {
-        Some(Trouble::Request(text) | Trouble::Invalid(text) | Trouble::Infra(text)) => {
+        Some(
+            Trouble::Request(text)
+            | Trouble::Invalid(text)
+            | Trouble::Provision(text)
+            | Trouble::Infra(text),
+        ) => {
             Some(text.clone())
         }
         _ => None,
@@ -166,6 +174,7 @@ fn cell_env(
     gpus: &[GpuInfo],
     attempt: u32,
     jit_dir: &std::path::Path,
+    venv: &[(String, String)],
 ) -> Vec<(String, String)> {
     let mut env = vec![
         ("GPUCOMPAT_CELL_ID".to_owned(), cell.id.to_string()),
@@ -195,6 +204,7 @@ fn cell_env(
     env.push(("FLASHINFER_WORKSPACE_BASE".to_owned(), jit("flashinfer")));
     env.push(("TRITON_CACHE_DIR".to_owned(), jit("triton")));
     env.push(("TORCHINDUCTOR_CACHE_DIR".to_owned(), jit("inductor")));
+    env.extend(venv.iter().cloned());
     // The matrix file's `[env]` comes last: it may override anything above on purpose.
     env.extend(cell.env.iter().cloned());
     env
@@ -220,6 +230,66 @@ fn jit_dir(shared: &Shared, cell: &Cell, gpus: &[GpuInfo], attempt: u32) -> Path
                 .cache_root
                 .join("jit")
                 .join(format!("{}-{hash}", archs.replace('+', "_")))
+        }
+    }
+}
+
+/// Installs (or finds) the cell's environment when the plan asks for one, and returns the
+/// variables that put it first: `VIRTUAL_ENV`, `PATH`, `GPUCOMPAT_PYTHON`.
+async fn provision_env(
+    shared: &Shared,
+    cell: &Cell,
+    attempt: u32,
+    log: &SharedLog,
+    cancel: &mut watch::Receiver<bool>,
+    result: &mut Attempt,
+) -> Vec<(String, String)> {
+    let spec = match EnvSpec::for_cell(&shared.plan, cell) {
+        Ok(Some(spec)) => spec,
+        Ok(None) => return Vec::new(),
+        Err(err) => {
+            result.phase = Phase::Provision;
+            result.trouble = Some(Trouble::Infra(error_chain(&err)));
+            return Vec::new();
+        }
+    };
+    result.phase = Phase::Provision;
+    let cell_token = format!("{}.{}.{attempt}", shared.run_token, cell.id);
+    let cx = provision::Context {
+        cache_root: &shared.cache_root,
+        cwd: &shared.plan.dir,
+        run_token: &shared.run_token,
+        cell_token: &cell_token,
+        reaper: shared.reaper.as_ref(),
+        grace: shared.grace,
+    };
+    match provision::provision(&spec, &cx, log, cancel).await {
+        Ok(env) => {
+            result.metrics.provision_s = Some(round3(env.seconds));
+            result.phase = Phase::Launch;
+            let bin = env.dir.join("bin");
+            let path = match std::env::var_os("PATH") {
+                Some(old) => format!("{}:{}", bin.display(), old.to_string_lossy()),
+                None => bin.display().to_string(),
+            };
+            vec![
+                ("VIRTUAL_ENV".to_owned(), env.dir.display().to_string()),
+                ("PATH".to_owned(), path),
+                ("GPUCOMPAT_PYTHON".to_owned(), env.python.display().to_string()),
+            ]
+        }
+        Err(ProvisionError::Interrupted) => {
+            result.interrupted = true;
+            Vec::new()
+        }
+        Err(err @ ProvisionError::Install { .. }) => {
+            process::lock(log).note(&format!("environment: {err}"));
+            result.trouble = Some(Trouble::Provision(err.to_string()));
+            Vec::new()
+        }
+        Err(err) => {
+            result.trouble = Some(Trouble::Infra(error_chain(&err)));
+            Vec::new()
         }
     }
 }
@@ -261,7 +331,6 @@ async fn run_attempt(
     let jit = jit_dir(shared, cell, gpus, attempt);
     result.metrics.jit_cache_hit = Some(dir_has_entries(&jit));
     let _ = std::fs::create_dir_all(&jit);
-    let env = cell_env(cell, gpus, attempt, &jit);
     let log: SharedLog = Arc::new(Mutex::new(sink));
     {
         let mut sink = process::lock(&log);
@@ -278,8 +347,17 @@ async fn run_attempt(
             sink.note(&format!("pins: {}", cell.pins_text()));
         }
     }
-    match &cell.engine {
-        Engine::Job { command } => {
+    let mut cancel = cancel;
+    let venv = provision_env(shared, cell, attempt, &log, &mut cancel, &mut result).await;
+    let env = cell_env(cell, gpus, attempt, &jit, &venv);
+    let engine = if result.trouble.is_some() || result.interrupted {
+        None
+    } else {
+        Some(&cell.engine)
+    };
+    match engine {
+        None => {}
+        Some(Engine::Job { command }) => {
             job(
                 shared,
                 cell,
@@ -292,7 +370,7 @@ async fn run_attempt(
             )
             .await;
         }
-        Engine::Server(spec) => match engines::resolve(spec) {
+        Some(Engine::Server(spec)) => match engines::resolve(spec) {
             Ok(resolved) => {
                 server(
                     shared,
@@ -365,6 +443,11 @@ fn classify(
         .classifier
         .classify_file(log_path, &evidence)
         .unwrap_or_else(|_| Classification::unknown());
+    // An install that failed without a named cause in its output still failed to produce the
+    // pin set: a dependency problem, not nothing.
+    if found.signature == Signature::Unknown && matches!(trouble, Trouble::Provision(_)) {
+        found.signature = Signature::DependencyError;
+    }
     if found.signature == Signature::Unknown {
         if let Trouble::Invalid(reason) = trouble {
             found.signature = Signature::WrongOutput;

@@ -28,8 +28,8 @@ use cell::{CellEnd, Shared};
 use folder::{FolderError, RunFolder};
 use progress::Reporter;
 use sha2::{Digest, Sha256};
-use slots::Slots;
-use std::collections::{HashMap, VecDeque};
+use crate::schedule::{Job, Scheduler};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -143,6 +143,21 @@ fn select(plan: &Plan, wanted: &[String]) -> Result<Vec<usize>, RunError> {
     }
     picked.sort_unstable();
     Ok(picked)
+}
+
+/// Cells with the same group share an environment and a JIT cache: the pins, the base
+/// requirement file and the GPU archs.
+pub fn environment_group(plan: &Plan, index: usize) -> String {
+    let cell = &plan.cells[index];
+    format!(
+        "{}|{}|{}",
+        cell.pins_text(),
+        cell.requirements
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        gpus::format(&cell.gpus)
+    )
 }
 
 /// A record for a cell this host cannot serve.
@@ -270,13 +285,12 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
         .collect();
     let kept = plan.cells.len().min(records.len());
 
-    let slots_template = Slots::new(inventory.gpus.clone());
     let needs_gpus = to_run.iter().any(|&i| !plan.cells[i].gpus.is_empty());
     let jobs = options
         .jobs
         .unwrap_or_else(|| {
             if needs_gpus {
-                slots_template.len()
+                inventory.gpus.len()
             } else {
                 std::thread::available_parallelism().map_or(1, usize::from)
             }
@@ -324,19 +338,28 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
         }
     ));
 
-    let mut slots = slots_template;
-    let mut pending: VecDeque<usize> = VecDeque::new();
+    let schedule_jobs: Vec<Job> = to_run
+        .iter()
+        .map(|&index| {
+            let cell = &plan.cells[index];
+            Job {
+                index,
+                gpus: cell.gpus.clone(),
+                group: environment_group(&plan, index),
+                duration: None,
+            }
+        })
+        .collect();
+    let (mut scheduler, never) = Scheduler::new(schedule_jobs, inventory.gpus.clone());
     let mut new_records = 0usize;
-    for index in to_run {
-        if slots.can_serve(&plan.cells[index].gpus) {
-            pending.push_back(index);
-        } else {
-            let record = skip_record(&plan, index, &folder, &inventory);
-            folder.append(&record)?;
-            new_records += 1;
-            reporter.finished(&record, false);
-            records.insert(record.id.clone(), record);
-        }
+    let mut never: Vec<usize> = never.iter().map(|&p| scheduler.job(p).index).collect();
+    never.sort_unstable();
+    for index in never {
+        let record = skip_record(&plan, index, &folder, &inventory);
+        folder.append(&record)?;
+        new_records += 1;
+        reporter.finished(&record, false);
+        records.insert(record.id.clone(), record);
     }
 
     let plan_order: Vec<String> = plan.cells.iter().map(|c| c.id.to_string()).collect();
@@ -365,29 +388,17 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
 
     loop {
         if interrupted.is_none() && fault.is_none() {
-            let mut reserved = vec![false; slots.len()];
-            let mut position = 0;
-            while position < pending.len() && tasks.len() < jobs {
-                let index = pending[position];
-                let want = &shared.plan.cells[index].gpus;
-                match slots.take(want, &reserved) {
-                    Some(taken) => {
-                        pending.remove(position);
-                        let gpus: Vec<_> = taken.iter().map(|&s| slots.gpu(s).clone()).collect();
-                        reporter.started(shared.plan.cells[index].id.as_str(), &gpus);
-                        let handle = tasks.spawn(cell::run_cell(
-                            Arc::clone(&shared),
-                            index,
-                            gpus,
-                            cancel_rx.clone(),
-                        ));
-                        in_flight.insert(handle.id(), (index, taken));
-                    }
-                    None => {
-                        slots.reserve(want, &mut reserved);
-                        position += 1;
-                    }
-                }
+            for (position, taken) in scheduler.start(tasks.len(), jobs) {
+                let index = scheduler.job(position).index;
+                let gpus: Vec<_> = taken.iter().map(|&s| scheduler.gpu(s).clone()).collect();
+                reporter.started(shared.plan.cells[index].id.as_str(), &gpus);
+                let handle = tasks.spawn(cell::run_cell(
+                    Arc::clone(&shared),
+                    index,
+                    gpus,
+                    cancel_rx.clone(),
+                ));
+                in_flight.insert(handle.id(), (index, taken));
             }
         }
         if tasks.is_empty() {
@@ -406,7 +417,7 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
                     Err(err) => (err.id(), Err(err.to_string())),
                 };
                 let Some((index, taken)) = in_flight.remove(&id) else { continue };
-                slots.release(&taken);
+                scheduler.release(&taken);
                 let record = match end {
                     Ok(CellEnd::Finished(record)) => *record,
                     Ok(CellEnd::Interrupted) => {
@@ -447,7 +458,7 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
         }
     }
     manifest.finished_at = Some(now());
-    manifest.state = if interrupted.is_some() || fault.is_some() || !pending.is_empty() {
+    manifest.state = if interrupted.is_some() || fault.is_some() || scheduler.pending() > 0 {
         RunState::Interrupted
     } else {
         RunState::Finished
@@ -466,7 +477,7 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
         folder: options.out,
         records: ordered,
         new_records,
-        interrupted: interrupted.map(|n| n + pending.len()),
+        interrupted: interrupted.map(|n| n + scheduler.pending()),
         manifest,
     })
 }

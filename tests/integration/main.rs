@@ -10,5 +10,6 @@ mod matrix_github;
 mod matrix_good;
 mod matrix_ids;
 mod matrix_props;
+mod provision;
 mod report;
 mod run;
