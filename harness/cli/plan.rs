@@ -1,9 +1,9 @@
 //! `gpucompat plan`: what a run would do, for people (`table`), CI (`github`) and tools (`json`).
 
 use crate::errors::{CliError, exit};
-use crate::matrix::{Cell, Engine, Plan, gpus};
+use crate::matrix::{Cell, CellId, Engine, Plan, gpus};
 use clap::{Args, ValueEnum};
-use serde_json::json;
+use serde::Serialize;
 use std::path::PathBuf;
 
 /// Examples and exit codes: what `-h` shows below the options.
@@ -67,19 +67,20 @@ pub(crate) fn run(args: PlanArgs) -> Result<u8, CliError> {
     let text = match args.format {
         Format::Table => table(&plan),
         Format::Github => {
-            let include: Vec<_> = plan
+            let include: Vec<GithubEntry<'_>> = plan
                 .cells
                 .iter()
-                .map(|cell| {
-                    json!({
-                        "id": cell.id,
-                        "cell": cell.id,
-                        "runs-on": runner_labels(&args.runner_labels, cell),
-                        "gpus": gpus::format(&cell.gpus),
-                    })
+                .map(|cell| GithubEntry {
+                    id: &cell.id,
+                    cell: &cell.id,
+                    runs_on: runner_labels(&args.runner_labels, cell),
+                    gpus: gpus::format(&cell.gpus),
                 })
                 .collect();
-            format!("{}\n", json!({ "include": include }))
+            let mut text =
+                serde_json::to_string(&GithubMatrix { include }).map_err(CliError::harness)?;
+            text.push('\n');
+            text
         }
         Format::Json => {
             let mut text = serde_json::to_string_pretty(&plan).map_err(CliError::harness)?;
@@ -92,6 +93,23 @@ pub(crate) fn run(args: PlanArgs) -> Result<u8, CliError> {
     // as building them.
     std::mem::forget(plan);
     Ok(exit::SUCCESS)
+}
+
+/// `{"include": [...]}` for a GitHub Actions `strategy.matrix`.
+#[derive(Serialize)]
+struct GithubMatrix<'a> {
+    include: Vec<GithubEntry<'a>>,
+}
+
+/// One job of the GitHub matrix: the cell (as `id`, and as `cell` for older workflows), the
+/// labels of the runners that can serve it, and its GPU spec.
+#[derive(Serialize)]
+struct GithubEntry<'a> {
+    id: &'a CellId,
+    cell: &'a CellId,
+    #[serde(rename = "runs-on")]
+    runs_on: Vec<String>,
+    gpus: String,
 }
 
 /// `runs-on` labels: the base labels, one `gpu-<arch>` per distinct arch, and `gpus-<n>` when a

@@ -26,10 +26,12 @@
 
 use serde_json::{Map, Value};
 
-/// The most combinations a matrix may expand to. Far beyond what any GPU fleet runs in a night
-/// (GitHub's own limit is 256 jobs), and small enough that a typo (`range(1000)` of an axis)
-/// is a clear error instead of an out-of-memory kill.
-pub const MAX_CELLS: usize = 1_000_000;
+/// The most combinations a matrix may expand to: five times the 100,000 cells the benchmark
+/// loads in a fraction of a second, far beyond what any GPU fleet runs in a night (GitHub's own
+/// limit is 256 jobs), and small enough that a plan stays within a few GiB of memory (a cell takes
+/// about 5 KiB while loading). A typo that multiplies an axis is a clear error, not an
+/// out-of-memory kill.
+pub const MAX_CELLS: usize = 500_000;
 
 /// Where a value of a combination came from in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -822,6 +824,20 @@ mod tests {
     }
 
     #[test]
+    fn the_limit_is_inclusive() {
+        let thousand: Vec<Value> = (0..1000).map(|i| json!(i)).collect();
+        let at = |n: usize| {
+            let other: Vec<Value> = (0..n).map(|i| json!(i)).collect();
+            [axis("a", &thousand), axis("b", &other)]
+        };
+        assert_eq!(
+            expand(&at(MAX_CELLS / 1000), &[], &[]).map(|c| c.len()),
+            Ok(MAX_CELLS)
+        );
+        assert!(expand(&at(MAX_CELLS / 1000 + 1), &[], &[]).is_err());
+    }
+
+    #[test]
     fn products_too_large_are_refused_before_allocating() {
         let big: Vec<Value> = (0..1000).map(|i| json!(i)).collect();
         let axes: Vec<Axis> = (0..3).map(|i| axis(&format!("a{i}"), &big)).collect();
@@ -830,7 +846,7 @@ mod tests {
         assert_eq!(err.combinations, Some(1_000_000_000));
         assert_eq!(
             err.to_string(),
-            "the matrix has 1,000,000,000 combinations, more than the limit of 1,000,000"
+            "the matrix has 1,000,000,000 combinations, more than the limit of 500,000"
         );
         let huge: Vec<Axis> = (0..20).map(|i| axis(&format!("a{i}"), &big)).collect();
         assert_eq!(product_size(&huge), None);

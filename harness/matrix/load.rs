@@ -907,6 +907,28 @@ impl Checker<'_, '_> {
         keys: &[String],
         combos: &[Combination<'_>],
     ) {
+        // GitHub's own syntax would reach the shell as a "bad substitution".
+        let text = &template.field.value;
+        let mut from = 0;
+        while let Some(start) = text[from..].find("${{").map(|i| from + i) {
+            let Some(len) = text[start..].find("}}") else {
+                break;
+            };
+            let end = start + len + 2;
+            let inner = text[start + 3..end - 2].trim();
+            if let Some(key) = inner.strip_prefix("matrix.") {
+                let span = inner_span(self.text, template.field, start..end);
+                self.push_once(
+                    Diagnostic::error(
+                        format!("`${{{{ {inner} }}}}` is GitHub Actions syntax"),
+                        Some(span),
+                    )
+                    .label("not expanded in matrix files")
+                    .help(format!("write `{{{key}}}`")),
+                );
+            }
+            from = end;
+        }
         for placeholder in template.parsed.placeholders() {
             let name = placeholder.name;
             let span = inner_span(self.text, template.field, placeholder.at.clone());

@@ -1,6 +1,6 @@
 //! The validated plan: every cell of a matrix file with everything needed to run it.
 //!
-//! Built by [`crate::matrix::load`] from the raw file; nothing here refers back to TOML. Templates
+//! Built by [`crate::matrix::load()`] from the raw file; nothing here refers back to TOML. Templates
 //! are already rendered per cell, except `{port}`, which only the runner knows.
 
 use crate::record::{ExpectationRef, Values};
