@@ -120,6 +120,8 @@ fn write_run(dir: &Path, night: usize) {
                                 index: 0,
                                 name: "NVIDIA H100 80GB HBM3".into(),
                                 arch: "sm_90".into(),
+                                memory_mib: None,
+                                uuid: None,
                             }],
                         },
                         fingerprint: failing.then(|| format!("fp-{}-{}", roll % 7, night / 10)),

@@ -52,6 +52,8 @@ struct RawGpu {
     index: u32,
     name: String,
     arch: String,
+    memory_mib: Option<u64>,
+    uuid: Option<String>,
 }
 
 /// Reads and validates an inventory file.
@@ -88,6 +90,8 @@ pub fn load(path: &Path) -> Result<Inventory, InventoryError> {
                 index: g.index,
                 name: g.name,
                 arch: g.arch,
+                memory_mib: g.memory_mib,
+                uuid: g.uuid,
             })
             .collect(),
         source: shown,
@@ -99,8 +103,8 @@ pub fn detect() -> Inventory {
     let query = probe::capture(
         "nvidia-smi",
         &[
-            "--query-gpu=index,name,compute_cap",
-            "--format=csv,noheader",
+            "--query-gpu=index,name,compute_cap,memory.total,uuid",
+            "--format=csv,noheader,nounits",
         ],
         Duration::from_secs(30),
     );
@@ -118,7 +122,8 @@ pub fn detect() -> Inventory {
     }
 }
 
-/// Parses `index, name, compute_cap` CSV lines.
+/// Parses `index, name, compute_cap, memory.total, uuid` CSV lines (memory in MiB, as
+/// `--format=csv,noheader,nounits` prints it; the last two may be missing or `[N/A]`).
 pub fn parse_nvidia_smi(text: &str) -> Vec<GpuInfo> {
     text.lines()
         .filter_map(|line| {
@@ -126,7 +131,20 @@ pub fn parse_nvidia_smi(text: &str) -> Vec<GpuInfo> {
             let index = fields.next()?.parse().ok()?;
             let name = fields.next()?.to_owned();
             let arch = arch_of_capability(fields.next()?)?;
-            Some(GpuInfo { index, name, arch })
+            let memory_mib = fields
+                .next()
+                .and_then(|m| m.trim_end_matches("MiB").trim().parse().ok());
+            let uuid = fields
+                .next()
+                .filter(|u| u.starts_with("GPU-") || u.starts_with("MIG-"))
+                .map(str::to_owned);
+            Some(GpuInfo {
+                index,
+                name,
+                arch,
+                memory_mib,
+                uuid,
+            })
         })
         .collect()
 }
@@ -176,11 +194,22 @@ mod tests {
 
     #[test]
     fn parses_nvidia_smi_csv() {
-        let gpus =
-            parse_nvidia_smi("0, NVIDIA H100 80GB HBM3, 9.0\n1, NVIDIA GeForce RTX 3090, 8.6\n");
-        assert_eq!(gpus.len(), 2);
+        let gpus = parse_nvidia_smi(
+            "0, NVIDIA H100 80GB HBM3, 9.0, 81559, GPU-5e1d2f7a-0000-1111-2222-333344445555\n\
+             1, NVIDIA GeForce RTX 3090, 8.6, 24576, [N/A]\n\
+             2, NVIDIA Jetson Thor, 11.0\n",
+        );
+        assert_eq!(gpus.len(), 3);
         assert_eq!(gpus[1].arch, "sm_86");
         assert_eq!(gpus[0].name, "NVIDIA H100 80GB HBM3");
+        assert_eq!(gpus[0].memory_mib, Some(81559));
+        assert_eq!(
+            gpus[0].uuid.as_deref(),
+            Some("GPU-5e1d2f7a-0000-1111-2222-333344445555")
+        );
+        assert_eq!(gpus[1].uuid, None);
+        assert_eq!(gpus[2].arch, "sm_110");
+        assert_eq!(gpus[2].memory_mib, None);
     }
 
     #[test]
@@ -189,6 +218,9 @@ mod tests {
         assert!(serves("sm_90", "sm_90a"));
         assert!(!serves("sm_89", "sm_90"));
         assert!(serves("sm_103", "sm_100f"));
+        assert!(serves("sm_100", "sm_100a"));
+        assert!(serves("sm_121", "sm_120f"));
+        assert!(!serves("sm_110", "sm_100f"));
         assert!(!serves("sm_120", "sm_100f"));
         assert!(!serves("sm_86", "sm_89"));
     }

@@ -121,6 +121,12 @@ pub struct GpuInfo {
     pub index: u32,
     pub name: String,
     pub arch: String,
+    /// Total memory in MiB, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+    /// The driver's stable id (`GPU-...`), where known: indices can change across reboots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
 }
 
 /// The host a cell ran on and the GPUs it was given, in `CUDA_VISIBLE_DEVICES` order.

@@ -207,6 +207,8 @@ mod tests {
             index,
             name: format!("gpu{index}"),
             arch: arch.to_owned(),
+            memory_mib: None,
+            uuid: None,
         }
     }
 

@@ -7,6 +7,7 @@ mod matrix;
 mod plan;
 mod report;
 mod run;
+mod simulate;
 mod table;
 
 use crate::errors::{CliError, exit};

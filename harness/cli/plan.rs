@@ -53,6 +53,20 @@ pub(crate) struct PlanArgs {
     /// Labels every GitHub entry's `runs-on` starts with.
     #[arg(long = "runner-label", value_name = "LABEL", default_values_t = ["self-hosted".to_owned(), "linux".to_owned()])]
     runner_labels: Vec<String>,
+    /// Simulate a run instead: print the makespan and GPU utilisation this host (or
+    /// `--inventory`) would get, with cell durations from a CSV (`id,duration_s`), a
+    /// `results.jsonl` or a run folder. No cell runs.
+    #[arg(long, value_name = "DURATIONS")]
+    simulate: Option<PathBuf>,
+    /// GPUs to simulate on, as for `gpucompat run --inventory` [default: this host's].
+    #[arg(long, value_name = "FILE", requires = "simulate")]
+    inventory: Option<PathBuf>,
+    /// Cells at a time in the simulation [default: one per GPU].
+    #[arg(long, value_name = "N", requires = "simulate")]
+    jobs: Option<usize>,
+    /// Duration of cells the durations file lacks [default: the median of those it has].
+    #[arg(long, value_name = "DURATION", requires = "simulate", value_parser = humantime::parse_duration)]
+    default_duration: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -64,6 +78,20 @@ pub(crate) enum Format {
 
 pub(crate) fn run(args: PlanArgs) -> Result<u8, CliError> {
     let plan = super::matrix::load_for_inspection(&args.file)?;
+    if let Some(durations) = &args.simulate {
+        let text = super::simulate::run(
+            &plan,
+            &super::simulate::SimulateArgs {
+                durations,
+                inventory: args.inventory.as_deref(),
+                jobs: args.jobs,
+                default: args.default_duration,
+                json: args.format == Format::Json,
+            },
+        )?;
+        super::print_stdout(&text)?;
+        return Ok(exit::SUCCESS);
+    }
     let text = match args.format {
         Format::Table => table(&plan),
         Format::Github => {

@@ -126,9 +126,7 @@ pub async fn run_cell(
             | Trouble::Invalid(text)
             | Trouble::Provision(text)
             | Trouble::Infra(text),
-        ) => {
-            Some(text.clone())
-        }
+        ) => Some(text.clone()),
         _ => None,
     };
     let reason = match (reason, detail) {
@@ -275,7 +273,10 @@ async fn provision_env(
             vec![
                 ("VIRTUAL_ENV".to_owned(), env.dir.display().to_string()),
                 ("PATH".to_owned(), path),
-                ("GPUCOMPAT_PYTHON".to_owned(), env.python.display().to_string()),
+                (
+                    "GPUCOMPAT_PYTHON".to_owned(),
+                    env.python.display().to_string(),
+                ),
             ]
         }
         Err(ProvisionError::Interrupted) => {

@@ -13,3 +13,4 @@ mod matrix_props;
 mod provision;
 mod report;
 mod run;
+mod schedule;

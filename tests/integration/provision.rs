@@ -80,11 +80,15 @@ fn installs_each_pin_set_once_and_reuses_it() {
         .filter(|e| e.path().is_dir())
         .collect();
     assert_eq!(envs.len(), 2, "{envs:?}");
-    assert!(envs.iter().all(|e| e.path().join(".gpucompat-ready").exists()));
+    assert!(
+        envs.iter()
+            .all(|e| e.path().join(".gpucompat-ready").exists())
+    );
     // Every cell says how it got its environment; exactly one install per pin set.
     let mut installs = 0;
     for rec in &recs {
-        let log = std::fs::read_to_string(out.join(rec["log"].as_str().expect("log"))).expect("log");
+        let log =
+            std::fs::read_to_string(out.join(rec["log"].as_str().expect("log"))).expect("log");
         if log.contains(": installing with") {
             installs += 1;
         } else {
@@ -146,7 +150,10 @@ fn unresolvable_pins_are_a_dependency_error_and_leave_no_environment() {
         .expect("envs")
         .filter_map(|e| e.ok())
         .any(|e| e.path().join(".gpucompat-ready").exists());
-    assert!(!ready, "a failed install must not leave a usable environment");
+    assert!(
+        !ready,
+        "a failed install must not leave a usable environment"
+    );
 }
 
 #[test]
@@ -157,7 +164,10 @@ fn an_unreachable_index_is_an_infrastructure_error() {
     let matrix = sandbox.file(
         "m.toml",
         &MATRIX
-            .replace(r#"find-links = ["wheels"]"#, r#"index-url = "http://127.0.0.1:9/simple""#)
+            .replace(
+                r#"find-links = ["wheels"]"#,
+                r#"index-url = "http://127.0.0.1:9/simple""#,
+            )
             .replace("no-index = true\n", "")
             .replace("rep = [1, 2]", "rep = [1]")
             .replace(r#"tinylib = ["1.0", "2.0"]"#, r#"tinylib = ["1.0"]"#),
@@ -228,6 +238,9 @@ fn an_interrupted_install_is_redone_not_used() {
     assert_eq!(again.status.code(), Some(0));
     let rec = &records(&out2)[0];
     let log = std::fs::read_to_string(out2.join(rec["log"].as_str().expect("log"))).expect("log");
-    assert!(log.contains("removing an incomplete earlier install"), "{log}");
+    assert!(
+        log.contains("removing an incomplete earlier install"),
+        "{log}"
+    );
     assert!(env.join(".gpucompat-ready").exists());
 }

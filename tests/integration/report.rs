@@ -29,6 +29,8 @@ fn gpu(index: u32, arch: &str) -> GpuInfo {
         index,
         name: name.to_owned(),
         arch: arch.to_owned(),
+        memory_mib: None,
+        uuid: None,
     }
 }
 
