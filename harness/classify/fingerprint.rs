@@ -49,7 +49,8 @@ static NORMALISER: LazyLock<Option<Normaliser>> = LazyLock::new(|| {
         long_hex: Regex::new(r"\b[0-9a-fA-F]{12,}\b").ok()?,
         numbered_name: Regex::new(r"(?i)\b(rank|tp|dp|pp|ep|cp|gpu|cuda|device|worker|node|cpu)(\d+)\b|(?i)(_)(rank|tp|dp|pp|ep|cp)(\d+)\b")
             .ok()?,
-        number: Regex::new(r"\b\d+(?:\.\d+)*(?:[eE][-+]?\d+)?\b").ok()?,
+        // No boundary after the digits: `5.6s` and `80GB` lose their numbers whole.
+        number: Regex::new(r"\b\d+(?:\.\d+)*(?:[eE][-+]?\d+)?").ok()?,
         size: Regex::new(r"<n> ?(?:[KMGTP]i?B|bytes?)\b").ok()?,
         space: Regex::new(r"\s+").ok()?,
     })
@@ -137,7 +138,7 @@ mod tests {
 
     #[test]
     fn same_failure_on_other_hosts_and_nights_has_one_fingerprint() {
-        let groups: [&[&str]; 5] = [
+        let groups: [&[&str]; 6] = [
             &[
                 "[PG ID 2 PG GUID 3 Rank 1] Process group watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered",
                 "[PG ID 0 PG GUID 0 Rank 3] Process group watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered",
@@ -157,6 +158,10 @@ mod tests {
             &[
                 "RuntimeError: Rank 0 timed out waiting for completion flag from rank 1 at 2025-06-01T02:03:04Z (host 10.0.0.12, pid 3312, ptr 0x7f3a2c000000)",
                 "RuntimeError: Rank 2 timed out waiting for completion flag from rank 3 at 2025-07-11T22:13:54Z (host 10.0.1.7, pid 88, ptr 0x7ffe00001000)",
+            ],
+            &[
+                "error: Request failed after 3 retries in 5.6s",
+                "error: Request failed after 5 retries in 12.25s",
             ],
         ];
         for group in groups {

@@ -52,7 +52,25 @@ timeout = "2m"
 "#;
 
 #[test]
-fn installs_each_pin_set_once_and_reuses_it() {
+fn installs_each_pin_set_once_and_reuses_it_with_pip() {
+    installs_each_pin_set_once_and_reuses_it("pip");
+}
+
+/// uv is what the harness picks when it is on `PATH`; CI installs it (`pip install uv`).
+#[test]
+fn installs_each_pin_set_once_and_reuses_it_with_uv() {
+    let found = std::process::Command::new("uv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        found,
+        "uv is not on PATH: install it (`python3 -m pip install uv`) to test the uv installer"
+    );
+    installs_each_pin_set_once_and_reuses_it("uv");
+}
+
+fn installs_each_pin_set_once_and_reuses_it(installer: &str) {
     let sandbox = Sandbox::new();
     wheelhouse(&sandbox.path().join("wheels"));
     sandbox.file("base.txt", "# base requirement set\ntinyapp==1.0\n");
@@ -65,7 +83,7 @@ fn installs_each_pin_set_once_and_reuses_it() {
         .arg("--cache-dir")
         .arg(&cache)
         .arg(&matrix)
-        .env("GPUCOMPAT_INSTALLER", "pip")
+        .env("GPUCOMPAT_INSTALLER", installer)
         .output()
         .expect("run");
     let stderr = String::from_utf8_lossy(&run.stderr);
@@ -90,6 +108,11 @@ fn installs_each_pin_set_once_and_reuses_it() {
         let log =
             std::fs::read_to_string(out.join(rec["log"].as_str().expect("log"))).expect("log");
         if log.contains(": installing with") {
+            assert!(
+                log.to_lowercase()
+                    .contains(&format!("installing with {installer}")),
+                "{log}"
+            );
             installs += 1;
         } else {
             assert!(
@@ -157,7 +180,16 @@ fn unresolvable_pins_are_a_dependency_error_and_leave_no_environment() {
 }
 
 #[test]
-fn an_unreachable_index_is_an_infrastructure_error() {
+fn an_unreachable_index_is_an_infrastructure_error_with_pip() {
+    an_unreachable_index_is_an_infrastructure_error("pip");
+}
+
+#[test]
+fn an_unreachable_index_is_an_infrastructure_error_with_uv() {
+    an_unreachable_index_is_an_infrastructure_error("uv");
+}
+
+fn an_unreachable_index_is_an_infrastructure_error(installer: &str) {
     let sandbox = Sandbox::new();
     sandbox.file("base.txt", "tinyapp==1.0\n");
     // Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
@@ -179,7 +211,8 @@ fn an_unreachable_index_is_an_infrastructure_error() {
         .arg("--cache-dir")
         .arg(sandbox.path().join("cache"))
         .arg(&matrix)
-        .env("GPUCOMPAT_INSTALLER", "pip")
+        .env("GPUCOMPAT_INSTALLER", installer)
+        .env("UV_HTTP_RETRIES", "0")
         .env("PIP_RETRIES", "1")
         .env("PIP_TIMEOUT", "2")
         .env("PIP_FIND_LINKS", "")
