@@ -295,6 +295,24 @@ async fn provision_env(
     }
 }
 
+/// A metric a cell prints about itself: `GPUCOMPAT_METRIC jit_s=81.2` (names as in the record's
+/// `metrics`: `time_to_ready_s`, `jit_s`, `ttft_s`, `tpot_s`, `tokens_per_s`).
+pub fn reported_metric(line: &[u8]) -> Option<(engines::MetricName, f64)> {
+    let rest = line.strip_prefix(b"GPUCOMPAT_METRIC ")?;
+    let text = std::str::from_utf8(rest).ok()?.trim();
+    let (name, value) = text.split_once('=')?;
+    let name = match name.trim() {
+        "time_to_ready_s" => engines::MetricName::TimeToReady,
+        "jit_s" => engines::MetricName::Jit,
+        "ttft_s" => engines::MetricName::Ttft,
+        "tpot_s" => engines::MetricName::Tpot,
+        "tokens_per_s" => engines::MetricName::TokensPerS,
+        _ => return None,
+    };
+    let value: f64 = value.trim().parse().ok().filter(|v: &f64| v.is_finite())?;
+    Some((name, value))
+}
+
 fn dir_has_entries(path: &std::path::Path) -> bool {
     std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_some())
 }
@@ -349,6 +367,17 @@ async fn run_attempt(
         }
     }
     let mut cancel = cancel;
+    let reported = Arc::new(Mutex::new(Metrics::default()));
+    {
+        let reported = Arc::clone(&reported);
+        process::lock(&log).add_hook(Box::new(move |line| {
+            if let Some((name, value)) = reported_metric(line) {
+                if let Ok(mut m) = reported.lock() {
+                    engines::store_metric(&mut m, name, value);
+                }
+            }
+        }));
+    }
     let venv = provision_env(shared, cell, attempt, &log, &mut cancel, &mut result).await;
     let env = cell_env(cell, gpus, attempt, &jit, &venv);
     let engine = if result.trouble.is_some() || result.interrupted {
@@ -389,6 +418,15 @@ async fn run_attempt(
                 result.trouble = Some(Trouble::Infra(format!("engine settings: {err}")));
             }
         },
+    }
+    // What the cell reported itself fills what the harness could not measure.
+    if let Ok(reported) = reported.lock() {
+        let m = &mut result.metrics;
+        m.time_to_ready_s = m.time_to_ready_s.or(reported.time_to_ready_s);
+        m.jit_s = m.jit_s.or(reported.jit_s);
+        m.ttft_s = m.ttft_s.or(reported.ttft_s);
+        m.tpot_s = m.tpot_s.or(reported.tpot_s);
+        m.tokens_per_s = m.tokens_per_s.or(reported.tokens_per_s);
     }
     if matches!(cell.cache, CacheMode::Cold) {
         let _ = std::fs::remove_dir_all(&jit);
@@ -865,4 +903,24 @@ fn error_chain(err: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cells_can_report_their_own_metrics() {
+        assert_eq!(
+            reported_metric(b"GPUCOMPAT_METRIC jit_s=81.25"),
+            Some((engines::MetricName::Jit, 81.25))
+        );
+        assert_eq!(
+            reported_metric(b"GPUCOMPAT_METRIC tokens_per_s = 1200"),
+            Some((engines::MetricName::TokensPerS, 1200.0))
+        );
+        assert_eq!(reported_metric(b"GPUCOMPAT_METRIC jit_s=NaN"), None);
+        assert_eq!(reported_metric(b"GPUCOMPAT_METRIC speed=3"), None);
+        assert_eq!(reported_metric(b"jit_s=3"), None);
+    }
 }

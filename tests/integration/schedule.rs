@@ -216,3 +216,83 @@ fn simulate_prints_makespan_utilisation_and_unservable_cells() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("duration_s"));
 }
+
+/// JIT caches are per (pin set, GPU archs): the second cell of a pair finds the first one's
+/// kernels, a cell of other archs or pins gets its own folder, and `cache = "cold"` always starts
+/// empty. Cells report their JIT time with a `GPUCOMPAT_METRIC` line.
+#[test]
+fn jit_caches_are_per_pins_and_archs_and_cells_report_jit_time() {
+    let sandbox = Sandbox::new();
+    let inventory = sandbox.file("inventory.toml", INVENTORY);
+    let matrix = sandbox.file(
+        "m.toml",
+        r#"
+[matrix]
+fi = ["0.6.3", "0.6.8.post1"]
+gpu = ["sm_90", "sm_89"]
+rep = [1, 2]
+[[matrix.include]]
+fi = "0.6.3"
+gpu = "sm_89"
+cache = "cold"
+[packages]
+fi = "flashinfer-python"
+[resources]
+gpus = "{gpu}"
+[job]
+command = """
+test -d "$TRITON_CACHE_DIR" || mkdir -p "$TRITON_CACHE_DIR"
+echo "$GPUCOMPAT_CELL_ID" >> "$TRITON_CACHE_DIR/kernels.txt"
+echo "GPUCOMPAT_METRIC jit_s=2.5"
+echo "$TRITON_CACHE_DIR" > "$OUT_DIR/$GPUCOMPAT_CELL_ID.cache"
+"""
+cache = "{cache}"
+"#,
+    );
+    let out = sandbox.path().join("run");
+    let cache = sandbox.path().join("cache");
+    let run = gpucompat()
+        .args(["run", "--grace", "1s", "--jobs", "1", "--inventory"])
+        .arg(&inventory)
+        .arg("--out")
+        .arg(&out)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .arg(&matrix)
+        .env("OUT_DIR", sandbox.path())
+        .output()
+        .expect("run");
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let records: HashMap<String, Value> = std::fs::read_to_string(out.join("results.jsonl"))
+        .expect("results")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("record"))
+        .map(|r| (r["id"].as_str().expect("id").to_owned(), r))
+        .collect();
+    let folder = |id: &str| {
+        std::fs::read_to_string(sandbox.path().join(format!("{id}.cache")))
+            .expect("cache folder")
+            .trim()
+            .to_owned()
+    };
+    let hit = |id: &str| records[id]["metrics"]["jit_cache_hit"].as_bool();
+    // Same pins and archs: one folder; the second cell finds the first one's kernels.
+    assert_eq!(folder("0.6.8.post1-sm_90-1"), folder("0.6.8.post1-sm_90-2"));
+    assert_eq!(hit("0.6.8.post1-sm_90-1"), Some(false));
+    assert_eq!(hit("0.6.8.post1-sm_90-2"), Some(true));
+    // Other archs or other pins: other folders.
+    assert_ne!(folder("0.6.8.post1-sm_90-1"), folder("0.6.8.post1-sm_89-1"));
+    assert_ne!(folder("0.6.8.post1-sm_90-1"), folder("0.6.3-sm_90-1"));
+    // Cold cells start empty every time and leave nothing behind for others.
+    assert_eq!(hit("0.6.3-sm_89-1"), Some(false));
+    assert_eq!(hit("0.6.3-sm_89-2"), Some(false));
+    assert_ne!(folder("0.6.3-sm_89-1"), folder("0.6.3-sm_89-2"));
+    for record in records.values() {
+        assert_eq!(record["metrics"]["jit_s"], 2.5, "{record}");
+    }
+}
