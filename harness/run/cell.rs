@@ -313,6 +313,15 @@ pub fn reported_metric(line: &[u8]) -> Option<(engines::MetricName, f64)> {
     Some((name, value))
 }
 
+/// Fills the timings `into` lacks from `from` (what the harness measured itself wins).
+fn fill_metrics(into: &mut Metrics, from: &Metrics) {
+    into.time_to_ready_s = into.time_to_ready_s.or(from.time_to_ready_s);
+    into.jit_s = into.jit_s.or(from.jit_s);
+    into.ttft_s = into.ttft_s.or(from.ttft_s);
+    into.tpot_s = into.tpot_s.or(from.tpot_s);
+    into.tokens_per_s = into.tokens_per_s.or(from.tokens_per_s);
+}
+
 fn dir_has_entries(path: &std::path::Path) -> bool {
     std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_some())
 }
@@ -421,12 +430,7 @@ async fn run_attempt(
     }
     // What the cell reported itself fills what the harness could not measure.
     if let Ok(reported) = reported.lock() {
-        let m = &mut result.metrics;
-        m.time_to_ready_s = m.time_to_ready_s.or(reported.time_to_ready_s);
-        m.jit_s = m.jit_s.or(reported.jit_s);
-        m.ttft_s = m.ttft_s.or(reported.ttft_s);
-        m.tpot_s = m.tpot_s.or(reported.tpot_s);
-        m.tokens_per_s = m.tokens_per_s.or(reported.tokens_per_s);
+        fill_metrics(&mut result.metrics, &reported);
     }
     if matches!(cell.cache, CacheMode::Cold) {
         let _ = std::fs::remove_dir_all(&jit);
@@ -545,7 +549,7 @@ fn start(
     env: Vec<(String, String)>,
     log: &SharedLog,
     attempt: u32,
-) -> std::io::Result<Running> {
+) -> std::io::Result<(Running, Watchdog)> {
     let command = CellCommand {
         script,
         cwd: shared.plan.dir.clone(),
@@ -558,7 +562,14 @@ fn start(
     if let Some(reaper) = &shared.reaper {
         reaper.register(running.pgid());
     }
-    Ok(running)
+    let output = process::lock(log).output_counter();
+    let dog = Watchdog::new(
+        running.selector().clone(),
+        output,
+        cell.no_progress,
+        shared.gpu_activity.clone(),
+    );
+    Ok((running, dog))
 }
 
 /// Tears the cell down and records what was left behind.
@@ -611,20 +622,13 @@ async fn job(
     result: &mut Attempt,
 ) {
     let deadline = Instant::now() + cell.timeout;
-    let mut running = match start(shared, cell, command.to_owned(), env, log, attempt) {
-        Ok(running) => running,
+    let (mut running, mut dog) = match start(shared, cell, command.to_owned(), env, log, attempt) {
+        Ok(started) => started,
         Err(err) => {
             result.trouble = Some(Trouble::Infra(format!("cannot start `sh`: {err}")));
             return;
         }
     };
-    let output = process::lock(log).output_counter();
-    let mut dog = Watchdog::new(
-        running.selector().clone(),
-        output,
-        cell.no_progress,
-        shared.gpu_activity.clone(),
-    );
     result.phase = Phase::Launch;
     let stop = guard(
         std::future::pending::<()>(),
@@ -768,20 +772,13 @@ async fn server(
         }
     }
     let script = resolved.command.replace("{port}", &port.to_string());
-    let mut running = match start(shared, cell, script, env, log, attempt) {
-        Ok(running) => running,
+    let (mut running, mut dog) = match start(shared, cell, script, env, log, attempt) {
+        Ok(started) => started,
         Err(err) => {
             result.trouble = Some(Trouble::Infra(format!("cannot start `sh`: {err}")));
             return;
         }
     };
-    let output = process::lock(log).output_counter();
-    let mut dog = Watchdog::new(
-        running.selector().clone(),
-        output,
-        cell.no_progress,
-        shared.gpu_activity.clone(),
-    );
 
     result.phase = Phase::Ready;
     let ready_deadline = deadline.min(clock + resolved.ready_timeout);
@@ -886,11 +883,7 @@ async fn server(
     finish(shared, &mut running, log, result).await;
     // Engine-reported metrics fill what the harness could not measure itself.
     if let Ok(reported) = metrics.lock() {
-        let m = &mut result.metrics;
-        m.jit_s = m.jit_s.or(reported.jit_s);
-        m.ttft_s = m.ttft_s.or(reported.ttft_s);
-        m.tpot_s = m.tpot_s.or(reported.tpot_s);
-        m.tokens_per_s = m.tokens_per_s.or(reported.tokens_per_s);
+        fill_metrics(&mut result.metrics, &reported);
     }
 }
 
