@@ -86,53 +86,114 @@ pub fn resolve(spec: &ServerSpec) -> Result<ResolvedServer, EngineError> {
             .transpose()
             .map_err(|source| EngineError::Regex { key, source })
     };
-    match spec.kind {
-        ServerKind::Generic => {
-            let mut command = spec.command.clone().ok_or(EngineError::Missing {
-                engine: "server",
+    let builtin = builtin(spec)?;
+    let mut command = match (&spec.command, &builtin) {
+        (Some(command), _) => command.clone(),
+        (None, Some(builtin)) => builtin.command.clone(),
+        (None, None) => {
+            return Err(EngineError::Missing {
+                engine: spec.kind.as_str(),
                 key: "command",
-            })?;
-            // `args` extends the command, so an axis can add flags to a shared command line.
-            if let Some(args) = spec.args.as_deref().filter(|a| !a.trim().is_empty()) {
-                command.push(' ');
-                command.push_str(args);
-            }
-            let ready_line = regex("ready-line", &spec.ready_line)?;
-            let health = match (&spec.health, &ready_line) {
-                (Some(path), _) => Some(path.clone()),
-                (None, Some(_)) => None,
-                (None, None) => Some("/health".to_owned()),
-            };
-            Ok(ResolvedServer {
-                command,
-                health,
-                ready_line,
-                ready_timeout: spec.ready_timeout.unwrap_or(DEFAULT_READY_TIMEOUT),
-                endpoint: spec
-                    .endpoint
-                    .clone()
-                    .unwrap_or_else(|| "/v1/completions".to_owned()),
-                model: spec.model.clone(),
-                prompt: spec
-                    .prompt
-                    .clone()
-                    .unwrap_or_else(|| "The capital of France is".to_owned()),
-                max_tokens: spec.max_tokens.unwrap_or(16),
-                expect: regex("expect", &spec.expect)?,
-                metrics: Vec::new(),
-                env: Vec::new(),
-            })
+            });
         }
-        // Built-in engines arrive with the engine adapters; until then they need an explicit command.
-        ServerKind::Sglang
-        | ServerKind::Vllm
-        | ServerKind::Ktransformers
-        | ServerKind::FlashinferProbe => {
-            let generic = ServerSpec {
-                kind: ServerKind::Generic,
-                ..spec.clone()
-            };
-            resolve(&generic)
-        }
+    };
+    // `args` extends the command, so an axis can add flags to a shared command line.
+    if let Some(args) = spec.args.as_deref().filter(|a| !a.trim().is_empty()) {
+        command.push(' ');
+        command.push_str(args);
     }
+    let ready_line = regex("ready-line", &spec.ready_line)?;
+    let health = match (&spec.health, &ready_line) {
+        (Some(path), _) => Some(path.clone()),
+        (None, Some(_)) => None,
+        (None, None) => Some("/health".to_owned()),
+    };
+    let endpoint = spec
+        .endpoint
+        .clone()
+        .or_else(|| builtin.as_ref().map(|b| b.endpoint.to_owned()))
+        .unwrap_or_else(|| "/v1/completions".to_owned());
+    Ok(ResolvedServer {
+        command,
+        health,
+        ready_line,
+        ready_timeout: spec.ready_timeout.unwrap_or(DEFAULT_READY_TIMEOUT),
+        endpoint,
+        model: spec.model.clone(),
+        prompt: spec
+            .prompt
+            .clone()
+            .unwrap_or_else(|| "The capital of France is".to_owned()),
+        max_tokens: spec.max_tokens.unwrap_or(16),
+        expect: regex("expect", &spec.expect)?,
+        metrics: builtin.map(|b| b.metrics).unwrap_or_default(),
+        env: Vec::new(),
+    })
+}
+
+/// What a built-in engine brings: the launch command users type (from each engine's
+/// documentation), its completion route and the throughput lines its log prints.
+struct Builtin {
+    command: String,
+    endpoint: &'static str,
+    metrics: Vec<MetricPattern>,
+}
+
+/// sglang's scheduler: `Decode batch, ... gen throughput (token/s): 86.67, ...`.
+const SGLANG_THROUGHPUT: &str = r"gen throughput \(token/s\): ([0-9.]+)";
+/// vLLM's periodic stats: `Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 12.3 tokens/s`.
+const VLLM_THROUGHPUT: &str = r"Avg generation throughput: ([0-9.]+) tokens/s";
+
+fn builtin(spec: &ServerSpec) -> Result<Option<Builtin>, EngineError> {
+    let throughput = |pattern: &str| {
+        Regex::new(pattern)
+            .map(|regex| {
+                vec![MetricPattern {
+                    name: MetricName::TokensPerS,
+                    regex,
+                }]
+            })
+            .unwrap_or_default()
+    };
+    let model = |engine: &'static str| {
+        spec.model
+            .as_deref()
+            .map(crate::provision::shell_quote)
+            .ok_or(EngineError::Missing {
+                engine,
+                key: "model",
+            })
+    };
+    let tp = spec.tp.unwrap_or(1);
+    Ok(match spec.kind {
+        ServerKind::Generic | ServerKind::FlashinferProbe => None,
+        // `python -m sglang.launch_server` (sglang docs: server arguments).
+        ServerKind::Sglang => Some(Builtin {
+            command: format!(
+                "python3 -m sglang.launch_server --model-path {} --host 127.0.0.1 --port {{port}} --tp-size {tp}",
+                model("sglang")?
+            ),
+            endpoint: "/v1/completions",
+            metrics: throughput(SGLANG_THROUGHPUT),
+        }),
+        // `vllm serve MODEL` (vLLM docs: OpenAI-compatible server).
+        ServerKind::Vllm => Some(Builtin {
+            command: format!(
+                "vllm serve {} --host 127.0.0.1 --port {{port}} --tensor-parallel-size {tp}",
+                model("vllm")?
+            ),
+            endpoint: "/v1/completions",
+            metrics: throughput(VLLM_THROUGHPUT),
+        }),
+        // ktransformers serves through its sglang fork (SGLang-KT): the same launcher with
+        // `--kt-*` options (given in `args`), answering on the chat route.
+        ServerKind::Ktransformers => Some(Builtin {
+            command: format!(
+                "python3 -m sglang.launch_server --model-path {} --host 127.0.0.1 --port {{port}} --tensor-parallel-size {tp}",
+                model("ktransformers")?
+            ),
+            endpoint: "/v1/chat/completions",
+            metrics: throughput(SGLANG_THROUGHPUT),
+        }),
+    })
 }

@@ -3,6 +3,7 @@
 mod util;
 
 mod classify;
+mod engines;
 mod matrix;
 mod matrix_cli;
 mod matrix_errors;

@@ -1,0 +1,142 @@
+//! The built-in engine adapters (sglang, vLLM, ktransformers) against stand-in servers that take
+//! the real launch flags, print the real log lines and answer the real routes (their wheels are
+//! too big for CI; see tests/fixtures/engines/standin.py).
+
+use crate::util::{Sandbox, gpucompat, repo_root};
+use serde_json::Value;
+use std::collections::HashMap;
+
+const MATRIX: &str = r#"
+engine = "{engine}"
+
+[matrix]
+engine = ["sglang", "vllm", "ktransformers"]
+[[matrix.include]]
+engine = "sglang"
+extra = "--attention-backend flashinfer"
+[[matrix.include]]
+engine = "vllm"
+extra = "--gdn-prefill-backend flashinfer"
+[[matrix.include]]
+engine = "ktransformers"
+extra = "--kt-method FP8 --kt-weight-path /weights/kt"
+
+[server]
+model = "Qwen/Qwen3-0.6B"
+tp = 2
+args = "{extra}"
+expect = "(?i)paris"
+ready-timeout = "60s"
+timeout = "2m"
+no-progress = "30s"
+"#;
+
+fn path_with_stand_ins() -> String {
+    let bin = repo_root().join("tests/fixtures/engines/bin");
+    match std::env::var("PATH") {
+        Ok(path) => format!("{}:{path}", bin.display()),
+        Err(_) => bin.display().to_string(),
+    }
+}
+
+#[test]
+fn sglang_vllm_and_ktransformers_launch_get_ready_and_answer() {
+    let sandbox = Sandbox::new();
+    let matrix = sandbox.file("m.toml", MATRIX);
+    let out = sandbox.path().join("run");
+    let run = gpucompat()
+        .args(["run", "--grace", "1s", "--out"])
+        .arg(&out)
+        .arg(&matrix)
+        .env("PATH", path_with_stand_ins())
+        .env(
+            "PYTHONPATH",
+            repo_root().join("tests/fixtures/engines/pypath"),
+        )
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    let records: HashMap<String, Value> = std::fs::read_to_string(out.join("results.jsonl"))
+        .expect("results")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("record"))
+        .map(|r| (r["id"].as_str().expect("id").to_owned(), r))
+        .collect();
+    let log = |id: &str| {
+        std::fs::read_to_string(out.join(records[id]["log"].as_str().expect("log"))).expect("log")
+    };
+    for id in ["sglang", "vllm", "ktransformers"] {
+        let record = &records[id];
+        assert_eq!(record["status"], "pass", "{record}\n{}", log(id));
+        assert!(
+            record["metrics"]["time_to_ready_s"].as_f64().is_some(),
+            "{record}"
+        );
+        assert!(record["metrics"]["ttft_s"].as_f64().is_some(), "{record}");
+        assert!(
+            record["metrics"]["tokens_per_s"].as_f64().is_some(),
+            "{record}"
+        );
+    }
+    // The command lines users type, with the cell's tensor parallelism and extra flags.
+    let sglang = log("sglang");
+    assert!(
+        sglang.contains("command: python3 -m sglang.launch_server --model-path Qwen/Qwen3-0.6B --host 127.0.0.1 --port ")
+            && sglang.contains(" --tp-size 2 --attention-backend flashinfer"),
+        "{sglang}"
+    );
+    let vllm = log("vllm");
+    assert!(
+        vllm.contains("command: vllm serve Qwen/Qwen3-0.6B --host 127.0.0.1 --port ")
+            && vllm.contains(" --tensor-parallel-size 2 --gdn-prefill-backend flashinfer"),
+        "{vllm}"
+    );
+    let kt = log("ktransformers");
+    assert!(
+        kt.contains("--kt-method FP8 --kt-weight-path /weights/kt"),
+        "{kt}"
+    );
+    // The stand-ins print the engines' real throughput lines; the answer is the real route's.
+    assert!(
+        sglang.contains("gen throughput (token/s): 86.67"),
+        "{sglang}"
+    );
+    assert!(
+        vllm.contains("Avg generation throughput: 41.5 tokens/s"),
+        "{vllm}"
+    );
+    assert!(kt.contains("answer (") && kt.contains("Paris"), "{kt}");
+}
+
+#[test]
+fn a_builtin_engine_without_a_model_is_an_error_that_says_so() {
+    let sandbox = Sandbox::new();
+    let matrix = sandbox.file(
+        "m.toml",
+        "engine = \"vllm\"\n[matrix]\nfi = [\"0.6.3\"]\n[server]\nexpect = \"x\"\n",
+    );
+    let out = sandbox.path().join("run");
+    let run = gpucompat()
+        .args(["run", "--grace", "1s", "--out"])
+        .arg(&out)
+        .arg(&matrix)
+        .output()
+        .expect("run");
+    assert_eq!(run.status.code(), Some(1));
+    let record: Value = serde_json::from_str(
+        std::fs::read_to_string(out.join("results.jsonl"))
+            .expect("results")
+            .lines()
+            .next()
+            .expect("one record"),
+    )
+    .expect("record");
+    assert_eq!(record["status"], "error", "{record}");
+    assert!(
+        record["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("`vllm` needs `model`")),
+        "{record}"
+    );
+}
