@@ -155,7 +155,10 @@ impl EnvSpec {
             .collect()
     }
 
-    /// The shell commands that create the environment in `dir`.
+    /// The shell commands that create the environment in `dir`. The cell's pins go *over* the
+    /// base requirement set: where the base (or what it pulls in) asks for another version of a
+    /// pinned package, the pin wins, as the version under test must. uv does this with an
+    /// override file; pip installs the base first, then the pins.
     pub fn steps(&self, installer: Installer, dir: &Path) -> Vec<String> {
         let q = |p: &Path| shell_quote(&p.display().to_string());
         let mut source = Vec::new();
@@ -168,42 +171,71 @@ impl EnvSpec {
         if self.no_index {
             source.push("--no-index".to_owned());
         }
-        let mut wanted = Vec::new();
-        if let Some((path, _)) = &self.requirements {
-            wanted.push(format!("-r {}", q(path)));
-        }
-        wanted.extend(self.pins.iter().map(|p| shell_quote(&p.to_string())));
+        let source = source.join(" ");
+        let base = self
+            .requirements
+            .as_ref()
+            .map(|(path, _)| format!("-r {}", q(path)));
+        let pins: Vec<String> = self
+            .pins
+            .iter()
+            .map(|p| shell_quote(&p.to_string()))
+            .collect();
         let site = if self.system_site_packages {
             " --system-site-packages"
         } else {
             ""
         };
-        let python = dir.join("bin").join("python");
-        let mut steps = match installer {
-            Installer::Uv => vec![format!(
-                "uv venv --quiet --python {}{site} {}",
-                shell_quote(&self.python),
-                q(dir)
-            )],
-            Installer::Pip => vec![format!(
-                "{} -m venv{site} {}",
-                shell_quote(&self.python),
-                q(dir)
-            )],
-        };
-        if !wanted.is_empty() {
-            let args = source
-                .into_iter()
-                .chain(wanted)
+        let python = q(&dir.join("bin").join("python"));
+        let join = |parts: &[&str]| {
+            parts
+                .iter()
+                .filter(|p| !p.is_empty())
+                .copied()
                 .collect::<Vec<_>>()
-                .join(" ");
-            steps.push(match installer {
-                Installer::Uv => format!("uv pip install --python {} {args}", q(&python)),
-                Installer::Pip => format!(
-                    "{} -m pip install --disable-pip-version-check --no-input {args}",
-                    q(&python)
-                ),
-            });
+                .join(" ")
+        };
+        let mut steps = Vec::new();
+        match installer {
+            Installer::Uv => {
+                steps.push(format!(
+                    "uv venv --quiet --python {}{site} {}",
+                    shell_quote(&self.python),
+                    q(dir)
+                ));
+                if base.is_some() || !pins.is_empty() {
+                    let overrides = dir.join("gpucompat-pins.txt");
+                    let mut install = format!("uv pip install --python {python}");
+                    if !pins.is_empty() {
+                        steps.push(format!(
+                            "printf '%s\\n' {} > {}",
+                            pins.join(" "),
+                            q(&overrides)
+                        ));
+                        install = format!("{install} --override {}", q(&overrides));
+                    }
+                    steps.push(join(&[
+                        &install,
+                        &source,
+                        base.as_deref().unwrap_or_default(),
+                        &pins.join(" "),
+                    ]));
+                }
+            }
+            Installer::Pip => {
+                steps.push(format!(
+                    "{} -m venv{site} {}",
+                    shell_quote(&self.python),
+                    q(dir)
+                ));
+                let pip = format!("{python} -m pip install --disable-pip-version-check --no-input");
+                if let Some(base) = &base {
+                    steps.push(join(&[&pip, &source, base]));
+                }
+                if !pins.is_empty() {
+                    steps.push(join(&[&pip, &source, &pins.join(" ")]));
+                }
+            }
         }
         steps
     }
@@ -397,20 +429,35 @@ mod tests {
     }
 
     #[test]
-    fn install_steps_for_both_installers() {
+    fn install_steps_put_the_pins_over_the_base_set() {
         let dir = Path::new("/cache/envs/abc");
-        let pip = spec().steps(Installer::Pip, dir);
+        let mut with_base = spec();
+        with_base.requirements = Some((PathBuf::from("/m/base.txt"), "torch\n".to_owned()));
+        let pip = with_base.steps(Installer::Pip, dir);
         assert_eq!(
             pip[0],
             "python3 -m venv --system-site-packages /cache/envs/abc"
         );
         assert_eq!(
             pip[1],
+            "/cache/envs/abc/bin/python -m pip install --disable-pip-version-check --no-input --find-links '/w h/wheels' --no-index -r /m/base.txt"
+        );
+        assert_eq!(
+            pip[2],
             "/cache/envs/abc/bin/python -m pip install --disable-pip-version-check --no-input --find-links '/w h/wheels' --no-index flashinfer-python==0.6.3"
         );
-        let uv = spec().steps(Installer::Uv, dir);
+        let uv = with_base.steps(Installer::Uv, dir);
         assert!(uv[0].starts_with("uv venv --quiet --python python3 --system-site-packages"));
-        assert!(uv[1].starts_with("uv pip install --python /cache/envs/abc/bin/python"));
+        assert_eq!(
+            uv[1],
+            "printf '%s\\n' flashinfer-python==0.6.3 > /cache/envs/abc/gpucompat-pins.txt"
+        );
+        assert_eq!(
+            uv[2],
+            "uv pip install --python /cache/envs/abc/bin/python --override /cache/envs/abc/gpucompat-pins.txt --find-links '/w h/wheels' --no-index -r /m/base.txt flashinfer-python==0.6.3"
+        );
+        // No base: the pins alone, in one step.
+        assert_eq!(spec().steps(Installer::Pip, dir).len(), 2);
     }
 
     #[test]

@@ -1403,12 +1403,20 @@ impl Checker<'_, '_> {
                 );
                 return None;
             };
-            return Some((
-                Engine::Job {
-                    command: cx.render(command),
-                },
-                Some(&job.common),
-            ));
+            let rendered = cx.render(command);
+            if rendered.trim().is_empty() && self.purpose != Purpose::Inspect {
+                // An empty command would exit 0: a typo in an `include` must not turn a cell green.
+                self.push_once(
+                    Diagnostic::error(
+                        format!("the command of cell `{}` is empty", cx.id),
+                        Some(command.field.span.clone()),
+                    )
+                    .label("renders to nothing for this cell")
+                    .help("every cell needs a command to run; check the keys this template uses (`gpucompat matrix expand` shows each cell's values)"),
+                );
+                return None;
+            }
+            return Some((Engine::Job { command: rendered }, Some(&job.common)));
         }
         let Some(kind) = ServerKind::NAMES
             .iter()
@@ -1492,6 +1500,29 @@ impl Checker<'_, '_> {
                     );
                     return None;
                 }
+            }
+        }
+        // What the runner would do with these settings must work for every cell: an engine that
+        // cannot be launched is bad input now, not an infrastructure error at run time.
+        if let Err(err) = crate::engines::resolve(&spec) {
+            let inspect = self.purpose == Purpose::Inspect;
+            let new = if inspect {
+                Diagnostic::warning
+            } else {
+                Diagnostic::error
+            };
+            self.push_once(
+                new(
+                    format!("cell `{}` cannot be launched: {err}", cx.id),
+                    server
+                        .map(|s| s.span.clone())
+                        .or_else(|| raw.engine.as_ref().map(|e| e.span.clone())),
+                )
+                .label("engine settings")
+                .help("built-in engines need `[server] model`; any other server needs `[server] command`"),
+            );
+            if !inspect {
+                return None;
             }
         }
         Some((Engine::Server(Box::new(spec)), server.map(|s| &s.common)))

@@ -110,33 +110,43 @@ fn sglang_vllm_and_ktransformers_launch_get_ready_and_answer() {
 }
 
 #[test]
-fn a_builtin_engine_without_a_model_is_an_error_that_says_so() {
+fn a_builtin_engine_without_a_model_is_bad_input() {
     let sandbox = Sandbox::new();
     let matrix = sandbox.file(
         "m.toml",
         "engine = \"vllm\"\n[matrix]\nfi = [\"0.6.3\"]\n[server]\nexpect = \"x\"\n",
     );
-    let out = sandbox.path().join("run");
-    let run = gpucompat()
-        .args(["run", "--grace", "1s", "--out"])
-        .arg(&out)
+    for command in ["check", "run"] {
+        let mut cmd = gpucompat();
+        cmd.arg(command).arg(&matrix);
+        if command == "run" {
+            cmd.arg("--out").arg(sandbox.path().join("run"));
+        }
+        let out = cmd.output().expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("engine `vllm` needs `model`"), "{stderr}");
+        assert!(stderr.contains("m.toml:"), "{stderr}");
+    }
+    assert!(!sandbox.path().join("run").exists(), "nothing ran");
+}
+
+#[test]
+fn an_empty_command_is_bad_input_not_a_pass() {
+    let sandbox = Sandbox::new();
+    let matrix = sandbox.file(
+        "m.toml",
+        "[matrix]\ncase = [\"a\", \"b\"]\n[[matrix.include]]\ncase = \"a\"\ncmd = \"true\"\n[job]\ncommand = \"{cmd}\"\n",
+    );
+    let out = gpucompat()
+        .arg("check")
         .arg(&matrix)
         .output()
-        .expect("run");
-    assert_eq!(run.status.code(), Some(1));
-    let record: Value = serde_json::from_str(
-        std::fs::read_to_string(out.join("results.jsonl"))
-            .expect("results")
-            .lines()
-            .next()
-            .expect("one record"),
-    )
-    .expect("record");
-    assert_eq!(record["status"], "error", "{record}");
+        .expect("check");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        record["reason"]
-            .as_str()
-            .is_some_and(|r| r.contains("`vllm` needs `model`")),
-        "{record}"
+        stderr.contains("the command of cell `b` is empty"),
+        "{stderr}"
     );
 }

@@ -73,7 +73,11 @@ fn installs_each_pin_set_once_and_reuses_it_with_uv() {
 fn installs_each_pin_set_once_and_reuses_it(installer: &str) {
     let sandbox = Sandbox::new();
     wheelhouse(&sandbox.path().join("wheels"));
-    sandbox.file("base.txt", "# base requirement set\ntinyapp==1.0\n");
+    // The base set asks for tinylib 1.0 itself: the cell's pin must win where it says 2.0.
+    sandbox.file(
+        "base.txt",
+        "# base requirement set\ntinyapp==1.0\ntinylib==1.0\n",
+    );
     let matrix = sandbox.file("m.toml", MATRIX);
     let cache = sandbox.path().join("cache");
     let out = sandbox.path().join("run1");
