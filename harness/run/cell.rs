@@ -486,6 +486,21 @@ fn classify(
         .classifier
         .classify_file(log_path, &evidence)
         .unwrap_or_else(|_| Classification::unknown());
+    // A server that failed a request often says why only in its answer (an HTTP 500 body, an
+    // error event in the stream): where the log names nothing, name what the server said.
+    if found.signature == Signature::Unknown {
+        if let Trouble::Request(text) = trouble {
+            if let Ok(said) = shared.classifier.classify_reader(text.as_bytes(), &evidence) {
+                if said.signature != Signature::Unknown {
+                    found = Classification {
+                        line: None,
+                        excerpt: Some(text.chars().take(2000).collect()),
+                        ..said
+                    };
+                }
+            }
+        }
+    }
     // An install that failed without a named cause in its output still failed to produce the
     // pin set: a dependency problem, not nothing.
     if found.signature == Signature::Unknown && matches!(trouble, Trouble::Provision(_)) {

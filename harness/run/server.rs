@@ -119,6 +119,9 @@ pub enum RequestError {
     },
     #[error("{url} answered something that is not a completion: {detail}")]
     Shape { url: String, detail: String },
+    /// The server answered with an error object (mid-stream or instead of a completion).
+    #[error("{url} reported an error: {message}")]
+    Engine { url: String, message: String },
 }
 
 /// Sends one completion request, streaming when the server streams, and reads the answer.
@@ -187,6 +190,9 @@ pub async fn complete(client: &reqwest::Client, req: &Request<'_>) -> Result<Ans
                     url: url.clone(),
                     detail: format!("bad stream event `{data}`: {e}"),
                 })?;
+                if let Some(message) = error_message(&event) {
+                    return Err(RequestError::Engine { url, message });
+                }
                 if let Some(piece) = choice_text(&event) {
                     if !piece.is_empty() {
                         if answer.ttft_s.is_none() {
@@ -210,6 +216,9 @@ pub async fn complete(client: &reqwest::Client, req: &Request<'_>) -> Result<Ans
             url: url.clone(),
             detail: format!("{e}: {}", text.chars().take(200).collect::<String>()),
         })?;
+        if let Some(message) = error_message(&value) {
+            return Err(RequestError::Engine { url, message });
+        }
         answer.text = choice_text(&value)
             .ok_or_else(|| RequestError::Shape {
                 url: url.clone(),
@@ -233,6 +242,16 @@ fn choice_text(value: &Value) -> Option<&str> {
         .or_else(|| choice.get("delta").and_then(|d| d.get("content")))
         .or_else(|| choice.get("message").and_then(|m| m.get("content")))
         .and_then(Value::as_str)
+}
+
+/// `{"error": {"message": ...}}` or `{"error": "..."}`, as OpenAI-style servers report failures.
+fn error_message(value: &Value) -> Option<String> {
+    let error = value.get("error")?;
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .or_else(|| error.as_str())?;
+    Some(message.chars().take(2000).collect())
 }
 
 fn usage_tokens(value: &Value) -> Option<u64> {

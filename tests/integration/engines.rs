@@ -150,3 +150,38 @@ fn an_empty_command_is_bad_input_not_a_pass() {
         "{stderr}"
     );
 }
+
+/// A server that fails the request says why in its answer: an HTTP 500 body, or an error event in
+/// the stream. The cell is named by what the server said (the log has nothing).
+#[test]
+fn a_servers_own_error_answer_names_the_failure() {
+    for (fail, signature) in [("http500", "illegal_address"), ("stream-error", "oom")] {
+        let sandbox = Sandbox::new();
+        let matrix = sandbox.file(
+            "m.toml",
+            "engine = \"sglang\"\n[matrix]\nfi = [\"0.6.3\"]\n[server]\nmodel = \"m\"\nready-timeout = \"60s\"\nno-progress = \"30s\"\n",
+        );
+        let out = sandbox.path().join("run");
+        let run = gpucompat()
+            .args(["run", "--grace", "1s", "--out"])
+            .arg(&out)
+            .arg(&matrix)
+            .env("PATH", path_with_stand_ins())
+            .env("PYTHONPATH", repo_root().join("tests/fixtures/engines/pypath"))
+            .env("STANDIN_FAIL", fail)
+            .output()
+            .expect("run");
+        assert_eq!(run.status.code(), Some(1), "{fail}");
+        let record: Value = serde_json::from_str(
+            std::fs::read_to_string(out.join("results.jsonl"))
+                .expect("results")
+                .lines()
+                .next()
+                .expect("record"),
+        )
+        .expect("json");
+        assert_eq!(record["signature"], signature, "{fail}: {record}");
+        assert_eq!(record["phase"], "infer", "{fail}: {record}");
+        assert!(record["excerpt"].as_str().is_some(), "{record}");
+    }
+}
