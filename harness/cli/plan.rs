@@ -62,7 +62,7 @@ pub(crate) struct PlanArgs {
     #[arg(long, value_name = "FILE", requires = "simulate")]
     inventory: Option<PathBuf>,
     /// Cells at a time in the simulation [default: one per GPU].
-    #[arg(long, value_name = "N", requires = "simulate")]
+    #[arg(long, value_name = "N", requires = "simulate", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     jobs: Option<usize>,
     /// Duration of cells the durations file lacks [default: the median of those it has].
     #[arg(long, value_name = "DURATION", requires = "simulate", value_parser = humantime::parse_duration)]

@@ -19,7 +19,7 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
     /// Cells to run at a time [default: one per GPU, or one per CPU when no cell needs a GPU].
-    #[arg(long, short = 'j', value_name = "N")]
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     jobs: Option<usize>,
     /// GPUs of this host as a TOML file of `[[gpu]]` tables (`index`, `name`, `arch`)
     /// [default: detected with nvidia-smi].

@@ -68,10 +68,11 @@ fn read_durations(path: &Path) -> Result<HashMap<String, f64>, CliError> {
         let seconds: f64 = text
             .parse()
             .ok()
-            .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+            // Up to a year: anything longer is a typo (milliseconds for seconds), not a cell.
+            .filter(|s: &f64| s.is_finite() && (0.0..=31_536_000.0).contains(s))
             .ok_or_else(|| {
                 CliError::input(anyhow::anyhow!(
-                    "`{}` line {}: `{text}` is not a number of seconds",
+                    "`{}` line {}: `{text}` is not a number of seconds (0 to one year)",
                     path.display(),
                     line + 2
                 ))
@@ -187,6 +188,10 @@ pub(crate) fn run(plan: &Plan, args: &SimulateArgs<'_>) -> Result<String, CliErr
                 ))
                 .collect::<Vec<_>>()
                 .join(", ")
+                + &match sim.unservable.len() {
+                    n if n > 10 => format!(" and {} more", n - 10),
+                    _ => String::new(),
+                }
         ));
     }
     Ok(text)

@@ -15,7 +15,7 @@ use crate::exec::reaper::Reaper;
 use crate::matrix::template::value_text;
 use crate::matrix::{CacheMode, Cell, Engine, Plan};
 use crate::provision::{self, EnvSpec, ProvisionError};
-use crate::record::{CellRecord, Exit, FORMAT_VERSION, GpuInfo, Metrics, Phase, Runner};
+use crate::record::{CellRecord, Exit, FORMAT_VERSION, GpuInfo, Metrics, Phase, Runner, Status};
 use crate::signature::Signature;
 use crate::watchdog::{GpuActivity, Idle, Watchdog};
 use sha2::{Digest, Sha256};
@@ -97,6 +97,8 @@ pub async fn run_cell(
     let started = SystemTime::now();
     let clock = Instant::now();
     let mut failures = 0u32;
+    // The first failed attempt: a flaky cell's record says what flaked and where its log is.
+    let mut first_failure: Option<(Classification, String)> = None;
     let mut attempt_number = 0u32;
     let last = loop {
         attempt_number += 1;
@@ -108,6 +110,12 @@ pub async fn run_cell(
         match signature {
             Some(signature) if shared.plan.retry.should_retry(attempt_number, signature) => {
                 failures += 1;
+                if first_failure.is_none() {
+                    first_failure = attempt
+                        .classification
+                        .clone()
+                        .map(|c| (c, attempt.log.clone()));
+                }
             }
             _ => break attempt,
         }
@@ -133,7 +141,17 @@ pub async fn run_cell(
         (Some(a), Some(b)) => Some(format!("{a}; {b}")),
         (a, b) => a.or(b),
     };
-    let classification = last.classification;
+    let (classification, reason) = match (last.classification, status, first_failure) {
+        (None, Status::Flaky, Some((failed, log))) => {
+            let reason = format!(
+                "{}; first failure: {} (log {log})",
+                reason.unwrap_or_default(),
+                failed.signature
+            );
+            (Some(failed), Some(reason))
+        }
+        (classification, _, _) => (classification, reason),
+    };
     CellEnd::Finished(Box::new(CellRecord {
         id: cell.id.to_string(),
         values: cell.values.clone(),
@@ -309,7 +327,12 @@ pub fn reported_metric(line: &[u8]) -> Option<(engines::MetricName, f64)> {
         "tokens_per_s" => engines::MetricName::TokensPerS,
         _ => return None,
     };
-    let value: f64 = value.trim().parse().ok().filter(|v: &f64| v.is_finite())?;
+    // Times and rates are never negative; a negative value is a bug in the cell, not a metric.
+    let value: f64 = value
+        .trim()
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite() && *v >= 0.0)?;
     Some((name, value))
 }
 
@@ -490,7 +513,10 @@ fn classify(
     // error event in the stream): where the log names nothing, name what the server said.
     if found.signature == Signature::Unknown {
         if let Trouble::Request(text) = trouble {
-            if let Ok(said) = shared.classifier.classify_reader(text.as_bytes(), &evidence) {
+            if let Ok(said) = shared
+                .classifier
+                .classify_reader(text.as_bytes(), &evidence)
+            {
                 if said.signature != Signature::Unknown {
                     found = Classification {
                         line: None,
@@ -928,6 +954,10 @@ mod tests {
             Some((engines::MetricName::TokensPerS, 1200.0))
         );
         assert_eq!(reported_metric(b"GPUCOMPAT_METRIC jit_s=NaN"), None);
+        assert_eq!(
+            reported_metric(b"GPUCOMPAT_METRIC time_to_ready_s=-3"),
+            None
+        );
         assert_eq!(reported_metric(b"GPUCOMPAT_METRIC speed=3"), None);
         assert_eq!(reported_metric(b"jit_s=3"), None);
     }

@@ -29,6 +29,8 @@ pub enum FolderError {
         "run folder `{0}` already holds a run; pass `--resume` to finish it, or choose another `--out`"
     )]
     NotEmpty(String),
+    #[error("`--out {0}` is a file; a run folder must be a directory (or not exist yet)")]
+    NotADirectory(String),
     #[error("nothing to resume in `{0}`: it has no {MANIFEST}")]
     NothingToResume(String),
     #[error(
@@ -62,6 +64,7 @@ impl FolderError {
         matches!(
             self,
             FolderError::NotEmpty(_)
+                | FolderError::NotADirectory(_)
                 | FolderError::NothingToResume(_)
                 | FolderError::OtherMatrix { .. }
                 | FolderError::Locked(_)
@@ -96,6 +99,9 @@ impl RunFolder {
         resume: bool,
     ) -> Result<(RunFolder, Previous), FolderError> {
         let shown = root.display().to_string();
+        if root.exists() && !root.is_dir() {
+            return Err(FolderError::NotADirectory(shown));
+        }
         fs::create_dir_all(root.join(LOGS)).map_err(io_err(root))?;
         let lock_path = root.join(".lock");
         let lock_file = File::create(&lock_path).map_err(io_err(&lock_path))?;

@@ -167,7 +167,10 @@ fn a_servers_own_error_answer_names_the_failure() {
             .arg(&out)
             .arg(&matrix)
             .env("PATH", path_with_stand_ins())
-            .env("PYTHONPATH", repo_root().join("tests/fixtures/engines/pypath"))
+            .env(
+                "PYTHONPATH",
+                repo_root().join("tests/fixtures/engines/pypath"),
+            )
             .env("STANDIN_FAIL", fail)
             .output()
             .expect("run");

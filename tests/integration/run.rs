@@ -404,6 +404,12 @@ link = "https://example.invalid/issues/2"
     assert_eq!(status("flaky"), "flaky");
     assert_eq!(flaky["attempts"], 2);
     assert_eq!(flaky["log"], "logs/flaky.attempt2.log");
+    // What flaked stays in the record: the first failure's signature and where its log is.
+    assert_eq!(flaky["signature"], "collective_timeout", "{flaky:#?}");
+    assert!(
+        str_of(flaky, "reason").contains("logs/flaky.log"),
+        "{flaky:#?}"
+    );
     let first = std::fs::read_to_string(scene.out().join("logs/flaky.log")).expect("attempt 1");
     assert!(
         first.contains("timed out waiting for completion flag"),
