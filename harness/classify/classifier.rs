@@ -388,6 +388,21 @@ mod tests {
         [2025-12-09 02:28:12 TP0] Prefill batch, #new-seq: 1, #new-token: 1025, #cached-token: 0\n";
 
     #[test]
+    fn a_crash_after_a_long_progress_bar_on_one_line_is_found() {
+        let mut text = String::from("Capturing CUDA graphs:");
+        for step in 0..20_000 {
+            text.push_str(&format!("\r{step:5}/51 [00:05<00:06]"));
+        }
+        text.push_str("\rRuntimeError: CUDA error: an illegal memory access was encountered\n");
+        assert!(text.len() > 4 * MAX_LINE_FOR_TEST);
+        let c = log(&text);
+        assert_eq!(c.signature, Signature::IllegalAddress, "{c:?}");
+        assert_eq!(c.line, Some(1));
+    }
+
+    const MAX_LINE_FOR_TEST: usize = super::super::line::MAX_LINE;
+
+    #[test]
     fn the_harness_notes_are_not_the_cells_failure() {
         let text = "[gpucompat] watchdog: no output, CPU or GPU activity for 2.0s; calling it a hang (phase ready)\n\
             [gpucompat] request failed: connection refused (phase infer)\n\

@@ -340,7 +340,14 @@ fn examine(table: &Table, raw: &[u8]) -> Option<(Cleaned, Vec<usize>)> {
     if raw.starts_with(crate::exec::logsink::NOTE_PREFIX.as_bytes()) {
         return None;
     }
-    let cleaned = line::clean(&raw[..raw.len().min(MAX_LINE)]);
+    // A long line of carriage-return redraws (a progress bar) shows only its last redraw on a
+    // terminal, and that is where a crash lands: look there, not at the line's head.
+    let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+    let visible = match raw.iter().rposition(|b| *b == b'\r') {
+        Some(at) if raw.len() > MAX_LINE => &raw[at + 1..],
+        _ => raw,
+    };
+    let cleaned = line::clean(&visible[..visible.len().min(MAX_LINE)]);
     if cleaned.text.is_empty() || line::is_code(&cleaned.text) {
         return None;
     }
