@@ -161,6 +161,7 @@ fn bench() -> Result<(), String> {
         find_links: Vec::new(),
         no_index: true,
         system_site_packages: false,
+        no_deps: false,
     };
     let log_path = dir.join("provision.log");
     let sink = LogSink::create(&log_path, LogLimits::default()).map_err(|e| e.to_string())?;

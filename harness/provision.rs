@@ -39,6 +39,8 @@ pub struct EnvSpec {
     pub find_links: Vec<PathBuf>,
     pub no_index: bool,
     pub system_site_packages: bool,
+    /// Install only what is named, no dependencies (`[python] no-deps`).
+    pub no_deps: bool,
 }
 
 /// Which tool installs.
@@ -50,6 +52,18 @@ pub enum Installer {
 }
 
 impl Installer {
+    /// The installer for `spec`: pip for an environment over the system's packages (uv's resolver
+    /// does not count packages inherited from the system, so it would ask the index for torch and
+    /// every other dependency the system already has), else [`Installer::detect`].
+    pub fn for_spec(spec: &EnvSpec) -> Installer {
+        match std::env::var("GPUCOMPAT_INSTALLER").ok().as_deref() {
+            Some("pip") => Installer::Pip,
+            Some("uv") => Installer::Uv,
+            _ if spec.system_site_packages => Installer::Pip,
+            _ => Installer::detect(),
+        }
+    }
+
     /// uv when it is on `PATH`, pip otherwise; `GPUCOMPAT_INSTALLER=uv|pip` decides when set.
     pub fn detect() -> Installer {
         match std::env::var("GPUCOMPAT_INSTALLER").ok().as_deref() {
@@ -143,6 +157,7 @@ impl EnvSpec {
                 .collect(),
             no_index: python.no_index,
             system_site_packages: python.system_site_packages,
+            no_deps: python.no_deps,
         }
     }
 
@@ -171,6 +186,9 @@ impl EnvSpec {
         if self.no_index {
             source.push("--no-index".to_owned());
         }
+        if self.no_deps {
+            source.push("--no-deps".to_owned());
+        }
         let source = source.join(" ");
         let base = self
             .requirements
@@ -196,6 +214,16 @@ impl EnvSpec {
                 .join(" ")
         };
         let mut steps = Vec::new();
+        // A virtual environment made from an interpreter that is itself in one (a machine's torch
+        // often lives in a venv) sees only the base interpreter's packages, not its parent's:
+        // a `.pth` file adds the creating interpreter's site-packages after the environment's own,
+        // so the machine's torch is there and the cell's pins still come first.
+        let inherit = self.system_site_packages.then(|| {
+            format!(
+                "{} -c 'import site; print(*site.getsitepackages(), sep=chr(10))' > \"$({python} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')/_gpucompat_system.pth\"",
+                shell_quote(&self.python)
+            )
+        });
         match installer {
             Installer::Uv => {
                 steps.push(format!(
@@ -203,6 +231,7 @@ impl EnvSpec {
                     shell_quote(&self.python),
                     q(dir)
                 ));
+                steps.extend(inherit.clone());
                 if base.is_some() || !pins.is_empty() {
                     let overrides = dir.join("gpucompat-pins.txt");
                     let mut install = format!("uv pip install --python {python}");
@@ -228,6 +257,7 @@ impl EnvSpec {
                     shell_quote(&self.python),
                     q(dir)
                 ));
+                steps.extend(inherit);
                 let pip = format!("{python} -m pip install --disable-pip-version-check --no-input");
                 if let Some(base) = &base {
                     steps.push(join(&[&pip, &source, base]));
@@ -278,7 +308,8 @@ pub async fn provision(
     cancel: &mut watch::Receiver<bool>,
 ) -> Result<Provisioned, ProvisionError> {
     let clock = Instant::now();
-    let envs = cx.cache_root.join("envs");
+    // Install commands run in the matrix file's folder: give them absolute paths.
+    let envs = absolute(&cx.cache_root.join("envs"));
     let io = |path: &Path| {
         let path = path.display().to_string();
         move |source| ProvisionError::Io { path, source }
@@ -329,7 +360,7 @@ pub async fn provision(
         ));
         fs::remove_dir_all(&dir).map_err(io(&dir))?;
     }
-    let installer = Installer::detect();
+    let installer = Installer::for_spec(spec);
     process::lock(log).note(&format!(
         "environment {hash}: installing with {installer:?} into {}",
         dir.display()
@@ -415,6 +446,7 @@ mod tests {
             find_links: vec![PathBuf::from("/w h/wheels")],
             no_index: true,
             system_site_packages: true,
+            no_deps: false,
         }
     }
 
@@ -438,6 +470,9 @@ mod tests {
             pip[0],
             "python3 -m venv --system-site-packages /cache/envs/abc"
         );
+        // The link to the creating interpreter's packages (see `steps`).
+        assert!(pip[1].ends_with("/_gpucompat_system.pth\""), "{}", pip[1]);
+        let pip = &pip[1..];
         assert_eq!(
             pip[1],
             "/cache/envs/abc/bin/python -m pip install --disable-pip-version-check --no-input --find-links '/w h/wheels' --no-index -r /m/base.txt"
@@ -448,6 +483,7 @@ mod tests {
         );
         let uv = with_base.steps(Installer::Uv, dir);
         assert!(uv[0].starts_with("uv venv --quiet --python python3 --system-site-packages"));
+        let uv = &uv[1..];
         assert_eq!(
             uv[1],
             "printf '%s\\n' flashinfer-python==0.6.3 > /cache/envs/abc/gpucompat-pins.txt"
@@ -456,8 +492,8 @@ mod tests {
             uv[2],
             "uv pip install --python /cache/envs/abc/bin/python --override /cache/envs/abc/gpucompat-pins.txt --find-links '/w h/wheels' --no-index -r /m/base.txt flashinfer-python==0.6.3"
         );
-        // No base: the pins alone, in one step.
-        assert_eq!(spec().steps(Installer::Pip, dir).len(), 2);
+        // No base: the pins alone, in one step (after the venv and its link to the system).
+        assert_eq!(spec().steps(Installer::Pip, dir).len(), 3);
     }
 
     #[test]

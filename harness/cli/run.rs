@@ -97,13 +97,16 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
         Some(path) => inventory::load(path).map_err(CliError::input)?,
         None => inventory::detect(),
     };
+    // Cells run in the matrix file's folder: every path handed to them (JIT caches, environments)
+    // must not depend on where the harness was started.
+    let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
     let options = RunOptions {
-        out: args.out,
+        out: absolute(args.out),
         jobs: args.jobs,
         inventory,
         resume: args.resume,
         cells: args.cells,
-        cache_root: args.cache_dir.unwrap_or_else(default_cache_dir),
+        cache_root: absolute(args.cache_dir.unwrap_or_else(default_cache_dir)),
         limits: LogLimits::from_total(args.log_limit),
         grace: args.grace,
         reaper_exe: std::env::current_exe().ok(),

@@ -342,6 +342,7 @@ fn build(
             .collect(),
         no_index: p.no_index.as_ref().is_some_and(|b| b.value),
         system_site_packages: p.system_site_packages.as_ref().is_some_and(|b| b.value),
+        no_deps: p.no_deps.as_ref().is_some_and(|b| b.value),
     });
     Some(Plan {
         path: path.to_path_buf(),

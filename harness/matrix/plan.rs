@@ -221,6 +221,9 @@ pub struct PythonEnv {
     pub no_index: bool,
     /// Install over the system's packages (its torch) instead of an isolated environment.
     pub system_site_packages: bool,
+    /// Install exactly what the base set and the pins name, none of their dependencies (for a
+    /// wheelhouse that carries only what the system lacks).
+    pub no_deps: bool,
 }
 
 mod duration_text {

@@ -106,6 +106,7 @@ pub(crate) struct RawPython {
     pub(crate) find_links: Vec<Sp<String>>,
     pub(crate) no_index: Option<Sp<bool>>,
     pub(crate) system_site_packages: Option<Sp<bool>>,
+    pub(crate) no_deps: Option<Sp<bool>>,
 }
 
 #[derive(Debug, Default)]
@@ -175,6 +176,7 @@ const PYTHON_KEYS: &[&str] = &[
     "find-links",
     "no-index",
     "system-site-packages",
+    "no-deps",
 ];
 
 /// Parses `source` into a [`RawFile`], pushing every problem found onto `problems`.
@@ -542,6 +544,9 @@ impl Walker<'_> {
         python.system_site_packages = table
             .get("system-site-packages")
             .and_then(|v| self.boolean(v, "system-site-packages in [python]"));
+        python.no_deps = table
+            .get("no-deps")
+            .and_then(|v| self.boolean(v, "no-deps in [python]"));
         Some(python)
     }
 
