@@ -56,20 +56,26 @@ impl Installer {
     /// does not count packages inherited from the system, so it would ask the index for torch and
     /// every other dependency the system already has), else [`Installer::detect`].
     pub fn for_spec(spec: &EnvSpec) -> Installer {
+        match Installer::asked() {
+            Some(installer) => installer,
+            None if spec.system_site_packages => Installer::Pip,
+            None => Installer::detect(),
+        }
+    }
+
+    /// What `GPUCOMPAT_INSTALLER=uv|pip` asks for, if it is set.
+    fn asked() -> Option<Installer> {
         match std::env::var("GPUCOMPAT_INSTALLER").ok().as_deref() {
-            Some("pip") => Installer::Pip,
-            Some("uv") => Installer::Uv,
-            _ if spec.system_site_packages => Installer::Pip,
-            _ => Installer::detect(),
+            Some("pip") => Some(Installer::Pip),
+            Some("uv") => Some(Installer::Uv),
+            _ => None,
         }
     }
 
     /// uv when it is on `PATH`, pip otherwise; `GPUCOMPAT_INSTALLER=uv|pip` decides when set.
     pub fn detect() -> Installer {
-        match std::env::var("GPUCOMPAT_INSTALLER").ok().as_deref() {
-            Some("pip") => return Installer::Pip,
-            Some("uv") => return Installer::Uv,
-            _ => {}
+        if let Some(installer) = Installer::asked() {
+            return installer;
         }
         let on_path = std::env::var_os("PATH")
             .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("uv").is_file()));

@@ -179,44 +179,42 @@ fn skip_record(plan: &Plan, index: usize, folder: &RunFolder, inventory: &Invent
         gpus::format(&cell.gpus),
         inventory.source
     );
-    let (path, log) = folder.log_path(cell.id.as_str(), 1);
+    let (path, _) = folder.log_path(cell.id.as_str(), 1);
     let _ = std::fs::write(&path, format!("[gpucompat] skipped: {reason}\n"));
     CellRecord {
-        id: cell.id.to_string(),
-        values: cell.values.clone(),
-        pins: cell.pins.iter().map(ToString::to_string).collect(),
-        status: Status::Skip,
-        signature: None,
-        phase: None,
-        duration_s: 0.0,
         attempts: 0,
-        log,
-        metrics: Default::default(),
-        runner: Runner {
-            host: inventory.host.clone(),
-            gpus: Vec::new(),
-        },
-        fingerprint: None,
-        line: None,
-        excerpt: None,
-        exit: None,
-        spurious: false,
-        reason: Some(reason),
-        expectation: cell.expectation.clone(),
-        started_at: Some(now()),
-        leaked: 0,
-        format_version: FORMAT_VERSION,
+        ..unrun_record(plan, index, &inventory.host, Status::Skip, reason)
     }
 }
 
 /// A record for a cell whose task died: a fault of the harness, kept as data so nothing is lost.
 fn harness_fault_record(plan: &Plan, index: usize, host: &str, what: &str) -> CellRecord {
+    CellRecord {
+        spurious: true,
+        ..unrun_record(
+            plan,
+            index,
+            host,
+            Status::Error,
+            format!("harness fault: {what}"),
+        )
+    }
+}
+
+/// A record of a cell the harness has nothing else to say about: no run, no timings, a reason.
+fn unrun_record(
+    plan: &Plan,
+    index: usize,
+    host: &str,
+    status: Status,
+    reason: String,
+) -> CellRecord {
     let cell = &plan.cells[index];
     CellRecord {
         id: cell.id.to_string(),
         values: cell.values.clone(),
         pins: cell.pins.iter().map(ToString::to_string).collect(),
-        status: Status::Error,
+        status,
         signature: None,
         phase: None,
         duration_s: 0.0,
@@ -231,8 +229,8 @@ fn harness_fault_record(plan: &Plan, index: usize, host: &str, what: &str) -> Ce
         line: None,
         excerpt: None,
         exit: None,
-        spurious: true,
-        reason: Some(format!("harness fault: {what}")),
+        spurious: false,
+        reason: Some(reason),
         expectation: cell.expectation.clone(),
         started_at: Some(now()),
         leaked: 0,
