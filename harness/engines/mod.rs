@@ -6,6 +6,7 @@
 
 use crate::matrix::{ServerKind, ServerSpec};
 use regex::Regex;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Default wait for a server to become ready (JIT warm-up happens here).
@@ -62,6 +63,36 @@ pub struct ResolvedServer {
     pub env: Vec<(String, String)>,
 }
 
+/// The probe engine's source, built into the binary so `engine = "flashinfer-probe"` works from
+/// any folder and always matches the harness that launches it.
+pub const PROBE_SOURCE: &str = include_str!("../../engines/flashinfer_probe.py");
+
+/// The variable that tells a probe cell's command where [`PROBE_SOURCE`] was written.
+pub const PROBE_ENV: &str = "GPUCOMPAT_PROBE";
+
+/// Writes [`PROBE_SOURCE`] under `dir` (once per content: the name carries its hash, and it is
+/// written to a temporary name and renamed, so concurrent cells never read half a file) and
+/// returns its path.
+pub fn write_probe(dir: &Path) -> std::io::Result<PathBuf> {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(PROBE_SOURCE.as_bytes());
+    let hash: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    let path = dir.join(format!("flashinfer_probe-{hash}.py"));
+    if std::fs::read(&path).is_ok_and(|text| text == PROBE_SOURCE.as_bytes()) {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(dir)?;
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut file, PROBE_SOURCE.as_bytes())?;
+    file.persist(&path).map_err(|err| err.error)?;
+    Ok(path)
+}
+
+/// Whether a resolved command is the built-in probe's, which needs [`write_probe`] first.
+pub fn needs_probe(spec: &ServerSpec) -> bool {
+    spec.kind == ServerKind::FlashinferProbe && spec.command.is_none()
+}
+
 /// A `[server]` setting could not be turned into something runnable.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -70,6 +101,8 @@ pub enum EngineError {
         engine: &'static str,
         key: &'static str,
     },
+    #[error("cannot write the probe engine's script")]
+    Probe(#[source] std::io::Error),
     #[error("invalid regex in `{key}`")]
     Regex {
         key: &'static str,
@@ -166,7 +199,18 @@ fn builtin(spec: &ServerSpec) -> Result<Option<Builtin>, EngineError> {
     };
     let tp = spec.tp.unwrap_or(1);
     Ok(match spec.kind {
-        ServerKind::Generic | ServerKind::FlashinferProbe => None,
+        ServerKind::Generic => None,
+        // The project's own probe (`engines/flashinfer_probe.py`, shipped inside the binary and
+        // written out by the runner, which names it in `GPUCOMPAT_PROBE`). `workers` (or `tp`)
+        // sets its worker processes; `args` adds `--kernels ...`.
+        ServerKind::FlashinferProbe => Some(Builtin {
+            command: format!(
+                "python3 \"${PROBE_ENV}\" --port {{port}} --workers {}",
+                spec.workers.or(spec.tp).unwrap_or(1)
+            ),
+            endpoint: "/v1/completions",
+            metrics: Vec::new(),
+        }),
         // `python -m sglang.launch_server` (sglang docs: server arguments).
         ServerKind::Sglang => Some(Builtin {
             command: format!(

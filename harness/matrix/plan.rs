@@ -22,6 +22,11 @@ pub struct Plan {
     pub dir: PathBuf,
     /// sha256 of the matrix file's bytes, hex.
     pub file_hash: String,
+    /// `name` and `description` from the file, when given.
+    pub name: Option<String>,
+    pub description: Option<String>,
+    /// The cells replay recorded runs (`replay = true`): said in the manifest and the report.
+    pub replay: bool,
     /// Every key a cell can have, axes first, then keys added by `include`, in file order.
     pub keys: Vec<String>,
     pub cells: Vec<Cell>,

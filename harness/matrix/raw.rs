@@ -34,6 +34,10 @@ pub(crate) type RawCombo = Vec<(Sp<String>, Sp<Value>)>;
 
 #[derive(Debug, Default)]
 pub(crate) struct RawFile {
+    pub(crate) name: Option<String>,
+    pub(crate) description: Option<String>,
+    /// `replay = true`: the cells replay recorded runs (labelled so in the run and its report).
+    pub(crate) replay: bool,
     pub(crate) matrix: Option<RawMatrix>,
     pub(crate) gpus: Option<Sp<String>>,
     pub(crate) env: Vec<(Sp<String>, Sp<String>)>,
@@ -138,6 +142,7 @@ pub(crate) struct RawRule {
 const TOP_KEYS: &[&str] = &[
     "name",
     "description",
+    "replay",
     "matrix",
     "resources",
     "env",
@@ -247,8 +252,12 @@ impl Walker<'_> {
         let mut file = RawFile::default();
         for (key, item) in root {
             match key.get_ref().as_ref() {
-                "name" | "description" => {
-                    self.string(item, key.get_ref());
+                "name" => file.name = self.string(item, "name").map(|s| s.value),
+                "description" => {
+                    file.description = self.string(item, "description").map(|s| s.value);
+                }
+                "replay" => {
+                    file.replay = self.boolean(item, "replay").is_some_and(|b| b.value);
                 }
                 "matrix" => file.matrix = self.matrix(item),
                 "resources" => {

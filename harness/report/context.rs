@@ -73,6 +73,8 @@ pub struct RunView {
     pub harness_version: Option<String>,
     /// Cells in the plan, when the manifest says.
     pub planned: Option<usize>,
+    /// The run replayed recorded runs (`replay = true` in its matrix): not a live result.
+    pub replay: bool,
     pub counts: Counts,
 }
 
@@ -452,6 +454,7 @@ fn run_view(run: &LoadedRun) -> RunView {
         matrix: manifest.map(|m| m.matrix.clone()),
         harness_version: manifest.map(|m| m.harness_version.clone()),
         planned: manifest.map(|m| m.cells),
+        replay: manifest.is_some_and(|m| m.replay),
         counts: Counts::of(&run.records),
     }
 }

@@ -23,6 +23,7 @@ const CSS: &str = r#"
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5rem; color: #1b1b1b; }
 h1 { font-size: 1.5rem; margin: 0 0 .3rem; } h2 { font-size: 1.15rem; margin-top: 1.8rem; }
 .meta { color: #555; margin: 0 0 .6rem; }
+.replay { background: #fff6d6; border: 1px solid #e0c060; padding: .4rem .6rem; }
 nav a { margin-right: 1rem; }
 table { border-collapse: collapse; margin: .4rem 0 1rem; }
 th, td { border: 1px solid #c9c9c9; padding: .3rem .55rem; text-align: left; vertical-align: top; }
@@ -152,6 +153,11 @@ fn plot(spec: &PlotSpec, svg: Option<&String>) -> Markup {
 }
 
 /// Renders `index.html`; `svgs[i]` is the drawn `ctx.plots[i]` (or `None` when it failed).
+/// What a replayed run is, said wherever its results are shown.
+pub(crate) const REPLAY_NOTE: &str = "every cell replays a recorded run (its log and exit, through real \
+processes, the watchdog and the classifier on this host); the GPU results are the recording's, not \
+this machine's.";
+
 pub(crate) fn index(ctx: &ReportContext, svgs: &[Option<String>]) -> String {
     let tonight = ctx.runs.last();
     let page = html! {
@@ -168,6 +174,9 @@ pub(crate) fn index(ctx: &ReportContext, svgs: &[Option<String>]) -> String {
                             @if let Some(host) = &run.host { " on " (host) }
                             @if ctx.runs.len() > 1 { " · " (ctx.runs.len()) " runs loaded" }
                         }
+                    }
+                    @if tonight.is_some_and(|run| run.replay) {
+                        p.replay { strong { "Replay: " } (REPLAY_NOTE) }
                     }
                     p { strong { (ctx.counts.summary()) } }
                     nav {

@@ -74,6 +74,9 @@ pub(crate) fn render(ctx: &ReportContext) -> String {
             let _ = write!(line, " on {}", escape(host));
         }
         let _ = writeln!(md, "{line}: **{}**.\n", ctx.counts.summary());
+        if run.replay {
+            let _ = writeln!(md, "> **Replay:** {}\n", super::html::REPLAY_NOTE);
+        }
     }
     if !ctx.constant.is_empty() {
         let all: Vec<String> = ctx

@@ -432,7 +432,16 @@ async fn run_attempt(
             )
             .await;
         }
-        Some(Engine::Server(spec)) => match engines::resolve(spec) {
+        Some(Engine::Server(spec)) => match engines::resolve(spec).and_then(|mut resolved| {
+            if engines::needs_probe(spec) {
+                let path = engines::write_probe(&shared.cache_root.join("engines"))
+                    .map_err(engines::EngineError::Probe)?;
+                resolved
+                    .env
+                    .push((engines::PROBE_ENV.to_owned(), path.display().to_string()));
+            }
+            Ok(resolved)
+        }) {
             Ok(resolved) => {
                 server(
                     shared,
@@ -447,7 +456,10 @@ async fn run_attempt(
                 .await;
             }
             Err(err) => {
-                result.trouble = Some(Trouble::Infra(format!("engine settings: {err}")));
+                result.trouble = Some(Trouble::Infra(format!(
+                    "engine settings: {}",
+                    error_chain(&err)
+                )));
             }
         },
     }

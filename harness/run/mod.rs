@@ -250,6 +250,7 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
             manifest.state = RunState::Running;
             manifest.finished_at = None;
             manifest.cells = plan.cells.len();
+            manifest.replay = plan.replay;
             manifest
         }
         None => Manifest {
@@ -262,7 +263,7 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
             finished_at: None,
             state: RunState::Running,
             cells: plan.cells.len(),
-            replay: false,
+            replay: plan.replay,
             resumes: 0,
             inventory: inventory.source.clone(),
         },
@@ -313,7 +314,12 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
     };
     let mut reporter = Reporter::new(to_run.len(), 0, options.interactive);
     reporter.line(&format!(
-        "running {} of {} cells of {} into {} ({} at a time; GPUs: {}){}",
+        "{} {} of {} cells of {} into {} ({} at a time; GPUs: {}){}",
+        if plan.replay {
+            "replaying recorded runs:"
+        } else {
+            "running"
+        },
         to_run.len(),
         plan.cells.len(),
         plan.path.display(),

@@ -3,6 +3,7 @@
 mod util;
 
 mod classify;
+mod demo;
 mod engines;
 mod matrix;
 mod matrix_cli;

@@ -1,0 +1,180 @@
+//! The README's main command: `gpucompat run matrices/demo.toml` replays every run folder the
+//! project recorded on real GPUs (reports/) through the whole pipeline, labelled as a replay, and
+//! must reach the recorded verdicts by itself.
+
+use crate::util::{Sandbox, gpucompat, repo_root};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// `RUN/CELL` -> the recorded (status, signature), from the last record of each cell.
+fn recorded_verdicts() -> BTreeMap<String, (String, Value)> {
+    let reports = repo_root().join("reports");
+    let mut verdicts = BTreeMap::new();
+    for entry in std::fs::read_dir(&reports).expect("read reports/") {
+        let dir = entry.expect("entry").path();
+        let results = dir.join("results.jsonl");
+        if !results.is_file() {
+            continue;
+        }
+        let run = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("utf-8 name");
+        let text = std::fs::read_to_string(&results).expect("read results");
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let record: Value = serde_json::from_str(line).expect("a record");
+            let id = record["id"].as_str().expect("id");
+            verdicts.insert(
+                format!("{run}/{id}"),
+                (
+                    record["status"].as_str().expect("status").to_owned(),
+                    record["signature"].clone(),
+                ),
+            );
+        }
+    }
+    verdicts
+}
+
+fn records(run: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("results.jsonl"))
+        .expect("results.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("record"))
+        .collect()
+}
+
+#[test]
+fn the_demo_replays_every_recorded_gpu_run_to_its_recorded_verdict() {
+    let recorded = recorded_verdicts();
+    assert!(
+        recorded.len() >= 20,
+        "reports/ should hold the recorded GPU runs, found {} cells",
+        recorded.len()
+    );
+    let sandbox = Sandbox::new();
+    let out = sandbox.path().join("demo");
+    let run = gpucompat()
+        .current_dir(repo_root())
+        .args(["run", "matrices/demo.toml", "--out"])
+        .arg(&out)
+        .args(["--jobs", "4"])
+        .output()
+        .expect("run the demo");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    // Every recorded failure is an expected one, so the replay is green, as the recordings were.
+    assert_eq!(run.status.code(), Some(0), "demo failed: {stderr}");
+    assert!(
+        stderr.contains("replaying recorded runs"),
+        "the run says it is a replay: {stderr}"
+    );
+
+    let replayed: BTreeMap<String, (String, Value)> = records(&out)
+        .into_iter()
+        .map(|r| {
+            (
+                r["values"]["recorded"]
+                    .as_str()
+                    .expect("recorded")
+                    .to_owned(),
+                (
+                    r["status"].as_str().expect("status").to_owned(),
+                    r["signature"].clone(),
+                ),
+            )
+        })
+        .collect();
+    // Each recorded cell is in the demo (a new run folder under reports/ must be added to it)...
+    let missing: BTreeSet<&String> = recorded
+        .keys()
+        .filter(|k| !replayed.contains_key(*k))
+        .collect();
+    assert!(missing.is_empty(), "not replayed by demo.toml: {missing:?}");
+    // ...and the pipeline, reading only the replayed log and exit, reaches the recorded verdict.
+    for (cell, verdict) in &recorded {
+        assert_eq!(
+            &replayed[cell], verdict,
+            "{cell}: replay differs from the recording"
+        );
+    }
+    // The replayed logs are the recorded ones (not the harness's old notes), under a header.
+    let log =
+        std::fs::read_to_string(out.join("logs/gpu-smoke-h100_native-illegal.log")).expect("log");
+    assert!(
+        log.contains("replay of ../reports/gpu-smoke-h100 cell native-illegal"),
+        "{log}"
+    );
+    assert!(
+        log.contains("an illegal memory access was encountered"),
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("[gpucompat] command:").count(),
+        1,
+        "only the replaying run's own notes: {log}"
+    );
+
+    // Labelled a replay in the manifest and in both human-facing reports.
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("manifest.json")).expect("manifest"),
+    )
+    .expect("json");
+    assert_eq!(manifest["replay"], Value::Bool(true));
+    let md = std::fs::read_to_string(out.join("compat.md")).expect("compat.md");
+    assert!(md.contains("**Replay:**"), "{md}");
+    let html = std::fs::read_to_string(out.join("index.html")).expect("index.html");
+    assert!(
+        html.contains("class=\"replay\""),
+        "the dashboard carries the replay banner"
+    );
+}
+
+#[test]
+fn a_live_run_is_not_labelled_a_replay() {
+    let sandbox = Sandbox::new();
+    let matrix = sandbox.file("m.toml", "[matrix]\nx = [1]\n[job]\ncommand = \"true\"\n");
+    let out = sandbox.path().join("run");
+    gpucompat()
+        .args(["run"])
+        .arg(&matrix)
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success();
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("manifest.json")).expect("manifest"),
+    )
+    .expect("json");
+    assert_eq!(manifest["replay"], Value::Bool(false));
+    let md = std::fs::read_to_string(out.join("compat.md")).expect("compat.md");
+    assert!(!md.contains("Replay"), "{md}");
+}
+
+#[test]
+fn replaying_a_cell_that_was_never_recorded_fails_loudly() {
+    let sandbox = Sandbox::new();
+    let matrix = sandbox.file(
+        "m.toml",
+        &format!(
+            "replay = true\n[matrix]\nrecorded = [\"gpu-smoke-h100/no-such-cell\"]\n[job]\ncommand = \"sh {} {}/{{recorded}}\"\n",
+            repo_root().join("matrices/demo/replay.sh").display(),
+            repo_root().join("reports").display()
+        ),
+    );
+    let out = sandbox.path().join("run");
+    let output = gpucompat()
+        .args(["run"])
+        .arg(&matrix)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(1));
+    let log =
+        std::fs::read_to_string(out.join("logs/gpu-smoke-h100_no-such-cell.log")).expect("log");
+    assert!(
+        log.contains("replay: no record of cell 'no-such-cell'"),
+        "{log}"
+    );
+}
