@@ -85,6 +85,9 @@ def check_prefill(torch, flashinfer):
 
 CHECKS = {"sampling": check_sampling, "decode": check_decode, "prefill": check_prefill}
 
+# Kernel sets, the values of a matrix's kernel-set axis: each names the checks it runs, in order.
+KERNEL_SETS = {"core": ["sampling", "decode", "prefill"]}
+
 
 def run_checks(kernels):
     """Compiles and checks each kernel; raises FlashInfer's own exception on failure."""
@@ -106,9 +109,13 @@ def run_checks(kernels):
         say(f"{name}: ok in {seconds:.1f}s (max abs error {error:.2e})")
 
 
-def worker(kernels, queue):
+def worker(rank, kernels, queue, stall):
     try:
         run_checks(kernels)
+        if stall:
+            import threading
+            say(f"worker {rank}: --stall-rank: waiting forever (injected hang)")
+            threading.Event().wait()
         queue.put((os.getpid(), None))
     except BaseException:  # the real exception text is the finding: print it whole
         traceback.print_exc()
@@ -117,18 +124,19 @@ def worker(kernels, queue):
 
 
 def generate(max_tokens):
+    """Yields words of a tiny random-weight "model" whose next-token distribution goes through
+    FlashInfer's sampling kernel, one token at a time."""
     import torch
     import flashinfer
 
     gen = torch.Generator(device="cuda").manual_seed(1234)
     weights = torch.randn(len(WORDS), len(WORDS), device="cuda", generator=gen)
-    token, words = 0, []
+    token = 0
     for _ in range(max_tokens):
         logits = weights[token].unsqueeze(0) * 3.0
         probs = flashinfer.sampling.top_k_renorm_probs(torch.softmax(logits, dim=-1), 4)
         token = int(torch.multinomial(probs, 1, generator=gen).item())
-        words.append(WORDS[token])
-    return " ".join(words)
+        yield WORDS[token]
 
 
 def serve(port):
@@ -153,43 +161,114 @@ def serve(port):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             if self.path != "/v1/completions":
                 return self.reply(404, {"error": {"message": f"no route {self.path}"}})
+            max_tokens = int(body.get("max_tokens", 8))
             try:
+                if body.get("stream"):
+                    return self.stream(max_tokens)
                 start = time.time()
-                text = generate(int(body.get("max_tokens", 8)))
-                say(f"completion: {len(text.split())} tokens in {time.time() - start:.3f}s")
-                self.reply(200, {"object": "text_completion", "choices": [{"index": 0, "text": text}],
-                                 "usage": {"completion_tokens": len(text.split())}})
+                words = list(generate(max_tokens))
+                say(f"completion: {len(words)} tokens in {time.time() - start:.3f}s")
+                self.reply(200, {"object": "text_completion",
+                                 "choices": [{"index": 0, "text": " ".join(words)}],
+                                 "usage": {"completion_tokens": len(words)}})
             except Exception as err:  # noqa: BLE001: the error goes back to the client, as engines do
                 traceback.print_exc()
                 self.reply(500, {"error": {"message": str(err)}})
+
+        def stream(self, max_tokens):
+            """Server-sent events, one per token, as OpenAI-style servers stream completions."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+
+            def event(payload):
+                self.wfile.write(b"data: " + payload + b"\n\n")
+                self.wfile.flush()
+
+            start, count = time.time(), 0
+            try:
+                for word in generate(max_tokens):
+                    text = word if count == 0 else " " + word
+                    event(json.dumps({"object": "text_completion",
+                                      "choices": [{"index": 0, "text": text}]}).encode())
+                    count += 1
+            except Exception as err:  # noqa: BLE001: mid-stream errors go to the client as events
+                traceback.print_exc()
+                event(json.dumps({"error": {"message": str(err)}}).encode())
+            event(json.dumps({"object": "text_completion", "choices": [],
+                              "usage": {"completion_tokens": count}}).encode())
+            event(b"[DONE]")
+            say(f"completion: {count} tokens streamed in {time.time() - start:.3f}s")
 
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     say(f"serving on 127.0.0.1:{port}")
     server.serve_forever()
 
 
+def expand_kernels(text):
+    """`core,moe` -> the kernel checks, in order, each once; sets expand to their members."""
+    names = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        for name in KERNEL_SETS.get(part, [part]):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def wait_for_workers(procs, queue):
+    """Each worker's report; a worker that dies without one (a crash, a kill) counts as failed
+    instead of leaving the launch waiting forever."""
+    reported, failed = set(), 0
+    while len(reported) < len(procs):
+        try:
+            pid, error = queue.get(timeout=1.0)
+        except Exception:  # queue.Empty: look for workers that died without reporting
+            for proc in procs:
+                if proc.pid not in reported and proc.exitcode is not None:
+                    reported.add(proc.pid)
+                    failed += 1
+                    say(f"worker {proc.pid} exited with code {proc.exitcode} before reporting")
+            continue
+        if pid in reported:
+            continue
+        reported.add(pid)
+        if error:
+            failed += 1
+            say(f"worker {pid} failed")
+    return failed
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--kernels", default="sampling,decode,prefill")
+    parser.add_argument("--kernels", default="core",
+                        help=f"kernels or sets, comma-separated; sets: "
+                             f"{', '.join(f'{k}={chr(43).join(v)}' for k, v in KERNEL_SETS.items())}")
+    parser.add_argument("--stall-rank", type=int, default=None, metavar="RANK",
+                        help="fault injection for measuring hang detection: this worker, after its "
+                             "checks, keeps its CUDA context and waits forever in silence, as a "
+                             "tensor-parallel worker stuck in a collective does")
     args = parser.parse_args()
-    kernels = [k for k in args.kernels.split(",") if k]
+    kernels = expand_kernels(args.kernels)
     unknown = [k for k in kernels if k not in CHECKS]
-    if unknown:
-        parser.error(f"unknown kernels {unknown}; known: {sorted(CHECKS)}")
+    if unknown or not kernels:
+        parser.error(f"unknown kernels {unknown}; known: {sorted(CHECKS)} and sets {sorted(KERNEL_SETS)}")
+    if args.workers < 1 or (args.stall_rank is not None and not 0 <= args.stall_rank < args.workers):
+        parser.error("--workers must be at least 1 and --stall-rank one of the workers")
     start = time.time()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(kernels, queue)) for _ in range(args.workers)]
+    procs = [ctx.Process(target=worker, args=(rank, kernels, queue, args.stall_rank == rank))
+             for rank in range(args.workers)]
     for proc in procs:
         proc.start()
-    failed = 0
-    for _ in procs:
-        pid, error = queue.get()
-        if error:
-            failed += 1
-            say(f"worker {pid} failed")
+    failed = wait_for_workers(procs, queue)
     for proc in procs:
         proc.join()
     if failed:

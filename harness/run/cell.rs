@@ -76,6 +76,8 @@ enum Trouble {
 
 #[derive(Debug)]
 struct Attempt {
+    /// When the attempt began: notes of why it stopped say how far in (hang timings in logs).
+    began: Instant,
     trouble: Option<Trouble>,
     phase: Phase,
     exit: Option<Exit>,
@@ -226,6 +228,15 @@ fn cell_env(
     env
 }
 
+/// Variables that choose which GPU archs a JIT compiles for (torch extensions, FlashInfer,
+/// Triton-free CUDA builds): part of a warm cache's key.
+const JIT_TARGET_VARS: &[&str] = &[
+    "TORCH_CUDA_ARCH_LIST",
+    "FLASHINFER_CUDA_ARCH_LIST",
+    "CUDAARCHS",
+    "CUDA_ARCH_LIST",
+];
+
 /// The JIT cache folder of a cell: shared per (pin set, GPU archs) when warm, fresh when cold.
 fn jit_dir(shared: &Shared, cell: &Cell, gpus: &[GpuInfo], attempt: u32) -> PathBuf {
     match cell.cache {
@@ -240,7 +251,17 @@ fn jit_dir(shared: &Shared, cell: &Cell, gpus: &[GpuInfo], attempt: u32) -> Path
             } else {
                 archs.join("+")
             };
-            let digest = Sha256::digest(format!("{}\n{archs}", cell.pins_text()).as_bytes());
+            // What a JIT compiles for is also chosen by the arch-list variables: kernels built
+            // for `8.6` must never be found by a cell that builds for the GPU (or the reverse).
+            let targets: Vec<String> = cell
+                .env
+                .iter()
+                .filter(|(name, _)| JIT_TARGET_VARS.contains(&name.as_str()))
+                .map(|(name, value)| format!("{name}={value}"))
+                .collect();
+            let digest = Sha256::digest(
+                format!("{}\n{archs}\n{}", cell.pins_text(), targets.join("\n")).as_bytes(),
+            );
             let hash: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
             shared
                 .cache_root
@@ -358,6 +379,7 @@ async fn run_attempt(
 ) -> Attempt {
     let log_rel = log_relative(cell.id.as_str(), attempt);
     let mut result = Attempt {
+        began: Instant::now(),
         trouble: None,
         phase: Phase::Launch,
         exit: None,
@@ -656,8 +678,12 @@ async fn finish(shared: &Shared, running: &mut Running, log: &SharedLog, result:
     }
 }
 
-fn note_stop(log: &SharedLog, phase: Phase, what: &str) {
-    process::lock(log).note(&format!("{what} (phase {phase})"));
+fn note_stop(log: &SharedLog, result: &Attempt, what: &str) {
+    process::lock(log).note(&format!(
+        "{what} (phase {}, {:.1}s into the attempt)",
+        result.phase,
+        result.began.elapsed().as_secs_f64()
+    ));
 }
 
 #[expect(
@@ -707,15 +733,13 @@ fn stopped<T>(stop: Stop<T>, cell: &Cell, log: &SharedLog, result: &mut Attempt)
             let exit = process::exit_of(status);
             result.exit = Some(exit);
             if !status.success() {
-                note_stop(log, result.phase, &format!("main process ended: {status}"));
+                note_stop(log, result, &format!("main process ended: {status}"));
                 result.trouble = Some(Trouble::Exited);
             }
             None
         }
         Stop::Idle(idle) => {
-            note_stop(
-                log,
-                result.phase,
+            note_stop(log, result,
                 &format!(
                     "watchdog: no output, CPU or GPU activity for {:.1}s (window {}; last seen: {}); calling it a hang",
                     idle.idle_for.as_secs_f64(),
@@ -727,16 +751,14 @@ fn stopped<T>(stop: Stop<T>, cell: &Cell, log: &SharedLog, result: &mut Attempt)
             None
         }
         Stop::Deadline => {
-            note_stop(
-                log,
-                result.phase,
+            note_stop(log, result,
                 "deadline reached while the cell was still busy",
             );
             result.trouble = Some(Trouble::Watchdog(Verdict::Timeout));
             None
         }
         Stop::Cancelled => {
-            note_stop(log, result.phase, "interrupted by the user; tearing down");
+            note_stop(log, result, "interrupted by the user; tearing down");
             result.interrupted = true;
             None
         }
@@ -846,9 +868,7 @@ async fn server(
     let is_ready = match stop {
         Stop::Exited(status) => {
             result.exit = Some(process::exit_of(status));
-            note_stop(
-                log,
-                result.phase,
+            note_stop(log, result,
                 &format!("server exited before it was ready: {status}"),
             );
             result.trouble = Some(Trouble::ServerExited);
@@ -882,9 +902,7 @@ async fn server(
         let answer = match stop {
             Stop::Exited(status) => {
                 result.exit = Some(process::exit_of(status));
-                note_stop(
-                    log,
-                    result.phase,
+                note_stop(log, result,
                     &format!("server exited during the request: {status}"),
                 );
                 result.trouble = Some(Trouble::ServerExited);
@@ -914,14 +932,12 @@ async fn server(
             }
             Some(Err(err)) => {
                 let text = error_chain(&err);
-                note_stop(log, result.phase, &format!("request failed: {text}"));
+                note_stop(log, result, &format!("request failed: {text}"));
                 // A server that crashes mid-request drops the connection a moment before its
                 // exit can be seen; wait that moment so the record keeps the exit code or signal.
                 if let Ok(Ok(status)) = tokio::time::timeout(EXIT_SETTLE, running.wait()).await {
                     result.exit = Some(process::exit_of(status));
-                    note_stop(
-                        log,
-                        result.phase,
+                    note_stop(log, result,
                         &format!("server exited during the request: {status}"),
                     );
                 }

@@ -188,3 +188,66 @@ fn a_servers_own_error_answer_names_the_failure() {
         assert!(record["excerpt"].as_str().is_some(), "{record}");
     }
 }
+
+/// `engine = "flashinfer-probe"` needs no command: the harness writes the probe it was built with
+/// into the cache folder and launches it with the cell's workers and kernels. On a machine
+/// without torch the probe's workers fail to import it, which is the cell's finding.
+#[test]
+fn the_builtin_probe_engine_launches_the_shipped_probe() {
+    let sandbox = Sandbox::new();
+    let matrix = sandbox.file(
+        "m.toml",
+        r#"engine = "flashinfer-probe"
+[matrix]
+workers = [2]
+[server]
+workers = "{workers}"
+args = "--kernels core,triton"
+ready-timeout = "60s"
+timeout = "2m"
+[python]
+python = "python3"
+"#,
+    );
+    // An environment with the machine's python but not its packages: no torch, whatever the host.
+    let out = sandbox.path().join("run");
+    let cache = sandbox.path().join("cache");
+    let run = gpucompat()
+        .arg("run")
+        .arg(&matrix)
+        .arg("--out")
+        .arg(&out)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .output()
+        .expect("run");
+    assert_eq!(run.status.code(), Some(1), "{}", String::from_utf8_lossy(&run.stderr));
+    let record: Value = serde_json::from_str(
+        std::fs::read_to_string(out.join("results.jsonl"))
+            .expect("results")
+            .lines()
+            .next()
+            .expect("a record"),
+    )
+    .expect("json");
+    assert_eq!(record["signature"], "dependency_error", "{record}");
+    let log = std::fs::read_to_string(out.join("logs/2.log")).expect("log");
+    assert!(
+        log.contains("--port") && log.contains("--workers 2 --kernels core,triton"),
+        "the built-in command with the cell's workers and kernels: {log}"
+    );
+    assert!(log.contains("No module named 'torch'"), "{log}");
+    // Both workers failed by themselves, and the probe said so rather than waiting on them.
+    assert!(log.contains("2 of 2 workers failed"), "{log}");
+    let probes: Vec<_> = std::fs::read_dir(cache.join("engines"))
+        .expect("engines folder")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(probes.len(), 1, "{probes:?}");
+    let shipped = std::fs::read_to_string(&probes[0]).expect("probe");
+    assert_eq!(
+        shipped,
+        std::fs::read_to_string(repo_root().join("engines/flashinfer_probe.py")).expect("source"),
+        "the probe written out is the one in the repository"
+    );
+}

@@ -235,8 +235,15 @@ rep = [1, 2]
 fi = "0.6.3"
 gpu = "sm_89"
 cache = "cold"
+[[matrix.include]]
+fi = "0.6.8.post1"
+gpu = "sm_90"
+rep = 3
+arch_list = "8.6"
 [packages]
 fi = "flashinfer-python"
+[env]
+TORCH_CUDA_ARCH_LIST = "{arch_list}"
 [resources]
 gpus = "{gpu}"
 [job]
@@ -288,6 +295,9 @@ cache = "{cache}"
     // Other archs or other pins: other folders.
     assert_ne!(folder("0.6.8.post1-sm_90-1"), folder("0.6.8.post1-sm_89-1"));
     assert_ne!(folder("0.6.8.post1-sm_90-1"), folder("0.6.3-sm_90-1"));
+    // Same pins and GPU, but kernels built for another arch list: never the same folder.
+    assert_ne!(folder("0.6.8.post1-sm_90-1"), folder("0.6.8.post1-sm_90-3"));
+    assert_eq!(hit("0.6.8.post1-sm_90-3"), Some(false));
     // Cold cells start empty every time and leave nothing behind for others.
     assert_eq!(hit("0.6.3-sm_89-1"), Some(false));
     assert_eq!(hit("0.6.3-sm_89-2"), Some(false));
