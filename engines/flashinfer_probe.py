@@ -1,13 +1,18 @@
 """The FlashInfer probe engine: gpucompat's own small server for testing a FlashInfer build on a GPU.
 
 At launch it imports the installed FlashInfer, JIT-compiles and runs its kernels and checks each
-against a PyTorch reference: sampling (top-k renormalisation), batch decode over a paged KV cache,
-and single-request prefill. With --workers N it does so in N processes at once that share one JIT
+against a PyTorch reference, by kernel set: `core` (sampling by top-k renormalisation, batch decode
+over a paged KV cache, single-request prefill), `moe` (DeepSeek-V3 expert routing), `gdn` (gated
+delta net chunked prefill) and `triton` (FlashInfer's Triton RMSNorm, SiLU-and-mul, state merge). With --workers N it does so in N processes at once that share one JIT
 cache, the way tensor-parallel workers do. Failures are FlashInfer's own exceptions, printed as
 they are. Then it serves GET /health and POST /v1/completions: a tiny random-weight "model" whose
 next-token distribution goes through FlashInfer's sampling kernel.
 
-usage: flashinfer_probe.py --port PORT [--workers N] [--kernels sampling,decode,prefill]
+usage: flashinfer_probe.py --port PORT [--workers N] [--kernels core,moe,gdn,triton] [--stall-rank R]
+
+With --stall-rank R (fault injection, for measuring hang detection) worker R passes its checks, then
+waits forever in silence holding its CUDA context: the launch never completes, as when one
+tensor-parallel worker is stuck.
 """
 import argparse
 import json
@@ -83,10 +88,146 @@ def check_prefill(torch, flashinfer):
     return (out.float() - ref).abs().max().item(), 2e-2
 
 
-CHECKS = {"sampling": check_sampling, "decode": check_decode, "prefill": check_prefill}
+def check_moe_routing(torch, flashinfer):
+    """DeepSeek-V3 MoE routing (`fused_topk_deepseek`: sigmoid scores plus bias, top groups, top-k
+    experts in them, weights renormalised over the unbiased scores)."""
+    from flashinfer.fused_moe import fused_topk_deepseek
+
+    torch.manual_seed(3)
+    tokens, experts, n_group, topk_group, topk, scaling = 64, 256, 8, 4, 8, 2.5
+    scores = torch.randn(tokens, experts, device="cuda", dtype=torch.float32)
+    bias = torch.randn(experts, device="cuda", dtype=torch.float32) * 0.1
+    values = torch.empty(tokens, topk, device="cuda", dtype=scores.dtype)
+    indices = torch.empty(tokens, topk, device="cuda", dtype=torch.int32)
+    fused_topk_deepseek(scores, bias, n_group, topk_group, topk, scaling, values, indices)
+    # Reference selection, by the same rules in plain torch.
+    sig = torch.sigmoid(scores)
+    biased = sig + bias
+    group_score = biased.view(tokens, n_group, -1).topk(2, dim=-1).values.sum(-1)
+    groups = group_score.topk(topk_group, dim=-1).indices
+    keep = torch.zeros(tokens, n_group, dtype=torch.bool, device="cuda").scatter_(1, groups, True)
+    keep = keep.repeat_interleave(experts // n_group, dim=1)
+    ref_idx = biased.masked_fill(~keep, float("-inf")).topk(topk, dim=-1).indices
+    chosen, order = indices.long().sort(-1)
+    expected, _ = ref_idx.sort(-1)
+    same = (chosen == expected).all(-1).float().mean().item()
+    if same < 0.95:  # near-ties may pick a different expert now and then; more is a wrong kernel
+        raise AssertionError(
+            f"moe_routing: FlashInfer chose other experts than the torch reference for "
+            f"{(1 - same) * 100:.0f}% of tokens (output mismatch)")
+    # The weights of the experts it chose must be their renormalised, scaled sigmoid scores.
+    picked = sig.gather(1, indices.long())
+    ref_values = picked / picked.sum(-1, keepdim=True) * scaling
+    return (values.float() - ref_values).abs().max().item(), 1e-3
+
+
+def gdn_reference(torch, q, k, v, alpha, beta, cu_seqlens, scale, state):
+    """The gated delta rule one token at a time: S <- alpha S; S += k (beta (v - S^T k))^T;
+    o = scale q S. `state` and the returned state are [N, H, V, K], as FlashInfer keeps them."""
+    heads_q, heads_v = q.shape[1], v.shape[1]
+    q = q.float().repeat_interleave(heads_v // heads_q, dim=1)
+    k = k.float().repeat_interleave(heads_v // k.shape[1], dim=1)
+    v = v.float()
+    bounds = [int(x) for x in cu_seqlens.tolist()]
+    out = torch.zeros(v.shape, device=v.device)
+    finals = []
+    for n in range(len(bounds) - 1):
+        s = state[n].float().transpose(-1, -2).clone()  # [H, K, V]
+        for t in range(bounds[n], bounds[n + 1]):
+            s = alpha[t][:, None, None] * s
+            old = torch.einsum("hk,hkv->hv", k[t], s)
+            s = s + torch.einsum("hk,hv->hkv", k[t], beta[t][:, None] * (v[t] - old))
+            out[t] = scale * torch.einsum("hk,hkv->hv", q[t], s)
+        finals.append(s.transpose(-1, -2))
+    return out, torch.stack(finals)
+
+
+def check_gdn_prefill(torch, flashinfer):
+    """Gated delta net (linear attention of hybrid models such as Qwen3-Next) chunked prefill over
+    two sequences of uneven length, with an initial state, grouped value heads."""
+    from flashinfer.gdn_prefill import chunk_gated_delta_rule
+
+    torch.manual_seed(4)
+    lengths, dim, heads_qk, heads_v = [64, 100], 128, 2, 4
+    total = sum(lengths)
+    bf16 = torch.bfloat16
+    q = (torch.rand(total, heads_qk, dim, device="cuda") * 0.5 - 0.25).to(bf16)
+    k = torch.nn.functional.normalize(
+        torch.rand(total, heads_qk, dim, device="cuda") * 0.5 - 0.25, p=2, dim=-1).to(bf16)
+    v = (torch.rand(total, heads_v, dim, device="cuda") * 0.5 - 0.25).to(bf16)
+    alpha = torch.rand(total, heads_v, device="cuda", dtype=torch.float32)
+    beta = torch.rand(total, heads_v, device="cuda", dtype=torch.float32)
+    cu_seqlens = torch.tensor([0, lengths[0], total], dtype=torch.int64, device="cuda")
+    state = torch.randn(len(lengths), heads_v, dim, dim, device="cuda", dtype=torch.float32) * 0.01
+    scale = 1.0 / math.sqrt(dim)
+    out, final = chunk_gated_delta_rule(q, k, v, alpha, beta, scale, state, True, cu_seqlens)
+    ref_out, ref_final = gdn_reference(torch, q, k, v, alpha, beta, cu_seqlens, scale, state)
+    error = max((out.float() - ref_out).abs().max().item(),
+                (final.float() - ref_final).abs().max().item())
+    return error, 2e-2
+
+
+def check_triton_norm(torch, flashinfer):
+    """FlashInfer's Triton RMSNorm (compiled by Triton for the GPU at hand, not by nvcc)."""
+    from flashinfer.triton.norm import rms_norm
+
+    torch.manual_seed(5)
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty_like(x)
+    rms_norm(x, weight, out, 1e-6)
+    xf = x.float()
+    ref = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.float()
+    return (out.float() - ref).abs().max().item(), 1e-1
+
+
+def check_triton_activation(torch, flashinfer):
+    """FlashInfer's Triton SiLU-and-multiply (the MLP gate of most models)."""
+    from flashinfer.triton.activation import silu_and_mul
+
+    torch.manual_seed(6)
+    x = torch.randn(16, 2 * 2048, device="cuda", dtype=torch.bfloat16)
+    ref = torch.nn.functional.silu(x[:, :2048].float()) * x[:, 2048:].float()
+    return (silu_and_mul(x).float() - ref).abs().max().item(), 5e-2
+
+
+def check_triton_merge(torch, flashinfer):
+    """FlashInfer's Triton merge of two attention states (cascade attention; Hopper only by its
+    own check). States carry base-2 log-sum-exp."""
+    from flashinfer.triton.cascade import merge_state
+
+    torch.manual_seed(7)
+    va, vb = (torch.randn(32, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    sa, sb = (torch.randn(32, 8, device="cuda", dtype=torch.float32) for _ in range(2))
+    v, s = merge_state(va, sa, vb, sb)
+    top = torch.maximum(sa, sb)
+    wa, wb = torch.exp2(sa - top), torch.exp2(sb - top)
+    ref_v = (va.float() * wa[..., None] + vb.float() * wb[..., None]) / (wa + wb)[..., None]
+    ref_s = top + torch.log2(wa + wb)
+    return max((v.float() - ref_v).abs().max().item(), (s - ref_s).abs().max().item()), 2e-2
+
+
+CHECKS = {
+    "sampling": check_sampling,
+    "decode": check_decode,
+    "prefill": check_prefill,
+    "moe_routing": check_moe_routing,
+    "gdn_prefill": check_gdn_prefill,
+    "triton_norm": check_triton_norm,
+    "triton_activation": check_triton_activation,
+    "triton_merge": check_triton_merge,
+}
 
 # Kernel sets, the values of a matrix's kernel-set axis: each names the checks it runs, in order.
-KERNEL_SETS = {"core": ["sampling", "decode", "prefill"]}
+# `core` is what every model needs; `moe` and `gdn` what MoE and hybrid-GDN models add (GDN
+# prefill is Hopper-only in these versions and a long cold compile: 34-66 CUTLASS files); `triton`
+# are FlashInfer's Triton kernels, which Triton compiles for the GPU it finds.
+KERNEL_SETS = {
+    "core": ["sampling", "decode", "prefill"],
+    "moe": ["moe_routing"],
+    "gdn": ["gdn_prefill"],
+    "triton": ["triton_norm", "triton_activation", "triton_merge"],
+}
 
 
 def run_checks(kernels):
