@@ -739,7 +739,9 @@ fn stopped<T>(stop: Stop<T>, cell: &Cell, log: &SharedLog, result: &mut Attempt)
             None
         }
         Stop::Idle(idle) => {
-            note_stop(log, result,
+            note_stop(
+                log,
+                result,
                 &format!(
                     "watchdog: no output, CPU or GPU activity for {:.1}s (window {}; last seen: {}); calling it a hang",
                     idle.idle_for.as_secs_f64(),
@@ -751,7 +753,9 @@ fn stopped<T>(stop: Stop<T>, cell: &Cell, log: &SharedLog, result: &mut Attempt)
             None
         }
         Stop::Deadline => {
-            note_stop(log, result,
+            note_stop(
+                log,
+                result,
                 "deadline reached while the cell was still busy",
             );
             result.trouble = Some(Trouble::Watchdog(Verdict::Timeout));
@@ -868,7 +872,9 @@ async fn server(
     let is_ready = match stop {
         Stop::Exited(status) => {
             result.exit = Some(process::exit_of(status));
-            note_stop(log, result,
+            note_stop(
+                log,
+                result,
                 &format!("server exited before it was ready: {status}"),
             );
             result.trouble = Some(Trouble::ServerExited);
@@ -902,7 +908,9 @@ async fn server(
         let answer = match stop {
             Stop::Exited(status) => {
                 result.exit = Some(process::exit_of(status));
-                note_stop(log, result,
+                note_stop(
+                    log,
+                    result,
                     &format!("server exited during the request: {status}"),
                 );
                 result.trouble = Some(Trouble::ServerExited);
@@ -937,7 +945,9 @@ async fn server(
                 // exit can be seen; wait that moment so the record keeps the exit code or signal.
                 if let Ok(Ok(status)) = tokio::time::timeout(EXIT_SETTLE, running.wait()).await {
                     result.exit = Some(process::exit_of(status));
-                    note_stop(log, result,
+                    note_stop(
+                        log,
+                        result,
                         &format!("server exited during the request: {status}"),
                     );
                 }

@@ -49,7 +49,7 @@ fn records(run: &Path) -> Vec<Value> {
 fn the_demo_replays_every_recorded_gpu_run_to_its_recorded_verdict() {
     let recorded = recorded_verdicts();
     assert!(
-        recorded.len() >= 20,
+        recorded.len() >= 48,
         "reports/ should hold the recorded GPU runs, found {} cells",
         recorded.len()
     );
@@ -63,8 +63,16 @@ fn the_demo_replays_every_recorded_gpu_run_to_its_recorded_verdict() {
         .output()
         .expect("run the demo");
     let stderr = String::from_utf8_lossy(&run.stderr);
-    // Every recorded failure is an expected one, so the replay is green, as the recordings were.
-    assert_eq!(run.status.code(), Some(0), "demo failed: {stderr}");
+    // The replay exits as a live run of the recordings would: 1 when one of them failed
+    // unexpectedly (the recorded H100 runs hold such findings), 0 otherwise.
+    let unexpected = recorded
+        .values()
+        .any(|(status, _)| matches!(status.as_str(), "fail" | "xpass" | "error"));
+    assert_eq!(
+        run.status.code(),
+        Some(i32::from(unexpected)),
+        "demo exit: {stderr}"
+    );
     assert!(
         stderr.contains("replaying recorded runs"),
         "the run says it is a replay: {stderr}"

@@ -221,7 +221,12 @@ python = "python3"
         .arg(&cache)
         .output()
         .expect("run");
-    assert_eq!(run.status.code(), Some(1), "{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(
+        run.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let record: Value = serde_json::from_str(
         std::fs::read_to_string(out.join("results.jsonl"))
             .expect("results")
