@@ -417,6 +417,17 @@ def main():
         sys.exit(1)
     print(f"GPUCOMPAT_METRIC jit_s={time.time() - start:.2f}", flush=True)
     say(f"all {args.workers} worker(s) passed {','.join(kernels)} in {time.time() - start:.1f}s")
+    # Load the "model" before saying ready, as engines do: the server's CUDA context and its
+    # sampling kernel (compiled here when the cache is cold), so the first answer measures
+    # serving, not start-up, and a kernel that cannot run fails the launch.
+    loaded = time.time()
+    try:
+        list(generate(1))
+    except Exception:  # noqa: BLE001: the real exception text is the finding
+        traceback.print_exc()
+        say("the model could not be loaded")
+        sys.exit(1)
+    say(f"model loaded in {time.time() - loaded:.1f}s")
     serve(args.port)
 
 
