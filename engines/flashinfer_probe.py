@@ -299,25 +299,29 @@ def serve(port):
             self.reply(200 if self.path == "/health" else 404, {})
 
         def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             if self.path != "/v1/completions":
                 return self.reply(404, {"error": {"message": f"no route {self.path}"}})
-            max_tokens = int(body.get("max_tokens", 8))
             try:
-                if body.get("stream"):
-                    return self.stream(max_tokens)
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                max_tokens = int(body.get("max_tokens") or 8)
+            except (ValueError, TypeError, AttributeError) as err:
+                return self.reply(400, {"error": {"message": f"bad request: {err}"}})
+            if body.get("stream"):
+                return self.stream(max_tokens)
+            try:
                 start = time.time()
                 words = list(generate(max_tokens))
-                say(f"completion: {len(words)} tokens in {time.time() - start:.3f}s")
-                self.reply(200, {"object": "text_completion",
-                                 "choices": [{"index": 0, "text": " ".join(words)}],
-                                 "usage": {"completion_tokens": len(words)}})
             except Exception as err:  # noqa: BLE001: the error goes back to the client, as engines do
                 traceback.print_exc()
-                self.reply(500, {"error": {"message": str(err)}})
+                return self.reply(500, {"error": {"message": str(err)}})
+            say(f"completion: {len(words)} tokens in {time.time() - start:.3f}s")
+            self.reply(200, {"object": "text_completion",
+                             "choices": [{"index": 0, "text": " ".join(words)}],
+                             "usage": {"completion_tokens": len(words)}})
 
         def stream(self, max_tokens):
-            """Server-sent events, one per token, as OpenAI-style servers stream completions."""
+            """Server-sent events, one per token, as OpenAI-style servers stream completions. Once
+            the 200 is sent, an error travels as an error event; a client that went away ends it."""
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
@@ -331,17 +335,23 @@ def serve(port):
 
             start, count = time.time(), 0
             try:
-                for word in generate(max_tokens):
-                    text = word if count == 0 else " " + word
-                    event(json.dumps({"object": "text_completion",
-                                      "choices": [{"index": 0, "text": text}]}).encode())
-                    count += 1
-            except Exception as err:  # noqa: BLE001: mid-stream errors go to the client as events
-                traceback.print_exc()
-                event(json.dumps({"error": {"message": str(err)}}).encode())
-            event(json.dumps({"object": "text_completion", "choices": [],
-                              "usage": {"completion_tokens": count}}).encode())
-            event(b"[DONE]")
+                try:
+                    for word in generate(max_tokens):
+                        text = word if count == 0 else " " + word
+                        event(json.dumps({"object": "text_completion",
+                                          "choices": [{"index": 0, "text": text}]}).encode())
+                        count += 1
+                except (BrokenPipeError, ConnectionResetError):
+                    raise
+                except Exception as err:  # noqa: BLE001: mid-stream errors go to the client
+                    traceback.print_exc()
+                    event(json.dumps({"error": {"message": str(err)}}).encode())
+                event(json.dumps({"object": "text_completion", "choices": [],
+                                  "usage": {"completion_tokens": count}}).encode())
+                event(b"[DONE]")
+            except (BrokenPipeError, ConnectionResetError):
+                say(f"completion: client went away after {count} tokens")
+                return
             say(f"completion: {count} tokens streamed in {time.time() - start:.3f}s")
 
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
@@ -362,25 +372,57 @@ def expand_kernels(text):
 
 
 def wait_for_workers(procs, queue):
-    """Each worker's report; a worker that dies without one (a crash, a kill) counts as failed
-    instead of leaving the launch waiting forever."""
+    """Each worker's report. A worker that dies without one (a crash, a kill) counts as failed
+    instead of leaving the launch waiting forever; after the first failure the others are stopped,
+    as an engine's launcher does, so one failed and one stuck worker cannot hang the launch."""
+    import queue as queues
+
     reported, failed = set(), 0
-    while len(reported) < len(procs):
-        try:
-            pid, error = queue.get(timeout=1.0)
-        except Exception:  # queue.Empty: look for workers that died without reporting
-            for proc in procs:
-                if proc.pid not in reported and proc.exitcode is not None:
-                    reported.add(proc.pid)
-                    failed += 1
-                    say(f"worker {proc.pid} exited with code {proc.exitcode} before reporting")
-            continue
+
+    def take(pid, error):
+        nonlocal failed
         if pid in reported:
-            continue
+            return
         reported.add(pid)
         if error:
             failed += 1
             say(f"worker {pid} failed")
+
+    while len(reported) < len(procs) and not failed:
+        try:
+            take(*queue.get(timeout=1.0))
+            continue
+        except queues.Empty:
+            pass
+        # A worker puts its report before it exits: drain what arrived, then look for the dead.
+        try:
+            while True:
+                take(*queue.get_nowait())
+        except queues.Empty:
+            pass
+        for proc in procs:
+            if proc.pid not in reported and proc.exitcode is not None:
+                reported.add(proc.pid)
+                failed += 1
+                say(f"worker {proc.pid} exited with code {proc.exitcode} before reporting")
+    if failed:
+        for proc in procs:
+            if proc.pid not in reported and proc.is_alive():
+                say(f"stopping worker {proc.pid}")
+                proc.terminate()
+        # Count the reports that were already on their way (drained before joining, as
+        # multiprocessing requires of processes that used a queue).
+        while True:
+            try:
+                take(*queue.get(timeout=0.1))
+            except queues.Empty:
+                if not any(proc.is_alive() for proc in procs):
+                    break
+        try:
+            while True:
+                take(*queue.get_nowait())
+        except queues.Empty:
+            pass
     return failed
 
 

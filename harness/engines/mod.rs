@@ -81,16 +81,27 @@ pub fn write_probe(dir: &Path) -> std::io::Result<PathBuf> {
     if std::fs::read(&path).is_ok_and(|text| text == PROBE_SOURCE.as_bytes()) {
         return Ok(path);
     }
-    std::fs::create_dir_all(dir)?;
-    let mut file = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut file, PROBE_SOURCE.as_bytes())?;
-    file.persist(&path).map_err(|err| err.error)?;
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let mut file = tempfile::NamedTempFile::new_in(dir)?;
+        std::io::Write::write_all(&mut file, PROBE_SOURCE.as_bytes())?;
+        // Readable by all: a cache folder may be shared by the users of one runner.
+        std::fs::set_permissions(
+            file.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )?;
+        file.persist(&path).map_err(|err| err.error)?;
+        Ok(())
+    };
+    write().map_err(|err| std::io::Error::new(err.kind(), format!("{}: {err}", path.display())))?;
     Ok(path)
 }
 
-/// Whether a resolved command is the built-in probe's, which needs [`write_probe`] first.
+/// Whether a cell gets the shipped probe written out and named in [`PROBE_ENV`]: every
+/// `flashinfer-probe` cell, so a matrix that spells its own command (a wrapper, another python)
+/// can still run the probe its harness was built with.
 pub fn needs_probe(spec: &ServerSpec) -> bool {
-    spec.kind == ServerKind::FlashinferProbe && spec.command.is_none()
+    spec.kind == ServerKind::FlashinferProbe
 }
 
 /// A `[server]` setting could not be turned into something runnable.

@@ -152,12 +152,13 @@ fn plot(spec: &PlotSpec, svg: Option<&String>) -> Markup {
     }
 }
 
-/// Renders `index.html`; `svgs[i]` is the drawn `ctx.plots[i]` (or `None` when it failed).
-/// What a replayed run is, said wherever its results are shown.
+/// What a replayed run is, said on the dashboard's front page and in `compat.md` when the newest
+/// run loaded is a replay.
 pub(crate) const REPLAY_NOTE: &str = "every cell replays a recorded run (its log and exit, through real \
 processes, the watchdog and the classifier on this host); the GPU results are the recording's, not \
 this machine's.";
 
+/// Renders `index.html`; `svgs[i]` is the drawn `ctx.plots[i]` (or `None` when it failed).
 pub(crate) fn index(ctx: &ReportContext, svgs: &[Option<String>]) -> String {
     let tonight = ctx.runs.last();
     let page = html! {

@@ -76,7 +76,8 @@ enum Trouble {
 
 #[derive(Debug)]
 struct Attempt {
-    /// When the attempt began: notes of why it stopped say how far in (hang timings in logs).
+    /// When the cell's command was launched (after its environment was ready): notes of why it
+    /// stopped say how long after (hang timings in logs).
     began: Instant,
     trouble: Option<Trouble>,
     phase: Phase,
@@ -253,11 +254,20 @@ fn jit_dir(shared: &Shared, cell: &Cell, gpus: &[GpuInfo], attempt: u32) -> Path
             };
             // What a JIT compiles for is also chosen by the arch-list variables: kernels built
             // for `8.6` must never be found by a cell that builds for the GPU (or the reverse).
-            let targets: Vec<String> = cell
-                .env
+            // The value the cell will see: the matrix's `[env]` (last one wins), else the
+            // harness's own environment, which the cell inherits.
+            let targets: Vec<String> = JIT_TARGET_VARS
                 .iter()
-                .filter(|(name, _)| JIT_TARGET_VARS.contains(&name.as_str()))
-                .map(|(name, value)| format!("{name}={value}"))
+                .filter_map(|name| {
+                    let value = cell
+                        .env
+                        .iter()
+                        .rev()
+                        .find(|(key, _)| key == name)
+                        .map(|(_, value)| value.clone())
+                        .or_else(|| std::env::var(name).ok())?;
+                    Some(format!("{name}={value}"))
+                })
                 .collect();
             let digest = Sha256::digest(
                 format!("{}\n{archs}\n{}", cell.pins_text(), targets.join("\n")).as_bytes(),
@@ -433,6 +443,8 @@ async fn run_attempt(
         }));
     }
     let venv = provision_env(shared, cell, attempt, &log, &mut cancel, &mut result).await;
+    // Stop notes count from the launch: an install's minutes say nothing about a hang.
+    result.began = Instant::now();
     let env = cell_env(cell, gpus, attempt, &jit, &venv);
     let engine = if result.trouble.is_some() || result.interrupted {
         None
@@ -680,7 +692,7 @@ async fn finish(shared: &Shared, running: &mut Running, log: &SharedLog, result:
 
 fn note_stop(log: &SharedLog, result: &Attempt, what: &str) {
     process::lock(log).note(&format!(
-        "{what} (phase {}, {:.1}s into the attempt)",
+        "{what} (phase {}, {:.1}s after launch)",
         result.phase,
         result.began.elapsed().as_secs_f64()
     ));

@@ -186,3 +186,55 @@ fn replaying_a_cell_that_was_never_recorded_fails_loudly() {
         "{log}"
     );
 }
+
+/// The replay reads a record's own verdict (not the `signature` of its expectation, written after
+/// it) and replays every byte of the log, NUL bytes and invalid UTF-8 included.
+#[test]
+fn a_replay_reads_the_records_own_verdict_and_every_byte_of_its_log() {
+    let sandbox = Sandbox::new();
+    let run = sandbox.path().join("recorded");
+    std::fs::create_dir_all(run.join("logs")).expect("logs");
+    let mut log = b"[gpucompat] cell c attempt 1\nwarming up \x00\xff\xfe\n".to_vec();
+    log.extend_from_slice(
+        b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n",
+    );
+    std::fs::write(run.join("logs/c.log"), &log).expect("log");
+    let record = serde_json::json!({
+        "id": "c", "values": {"x": "c"}, "pins": ["a==1"], "status": "fail", "signature": "oom",
+        "phase": "launch", "duration_s": 1.0, "attempts": 1, "log": "logs/c.log",
+        "metrics": {}, "runner": {"host": "h", "gpus": []}, "exit": {"code": 1},
+        "spurious": false,
+        "expectation": {"signature": "deadlock", "reason": "a different expectation"},
+        "started_at": "2026-11-22T00:00:00Z", "format_version": 1
+    });
+    std::fs::write(run.join("results.jsonl"), format!("{record}\n")).expect("results");
+    let matrix = sandbox.file(
+        "m.toml",
+        &format!(
+            "replay = true\n[matrix]\nrecorded = [\"recorded/c\"]\n[job]\ncommand = \"sh {} {{recorded}}\"\ntimeout = \"20s\"\nno-progress = \"10s\"\n",
+            repo_root().join("matrices/demo/replay.sh").display(),
+        ),
+    );
+    let out = sandbox.path().join("run");
+    let output = gpucompat()
+        .args(["run"])
+        .arg(&matrix)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(1));
+    let replayed = &records(&out)[0];
+    assert_eq!(replayed["status"], "fail", "{replayed}");
+    assert_eq!(replayed["signature"], "oom", "{replayed}");
+    assert!(
+        replayed["duration_s"].as_f64().expect("duration") < 5.0,
+        "exited as recorded, not hung: {replayed}"
+    );
+    let text = std::fs::read(out.join("logs/recorded_c.log")).expect("log");
+    assert!(
+        text.windows(5)
+            .any(|w| w == b"\x00\xff\xfe\n".as_slice() || w == b"up \x00\xff"),
+        "the raw bytes are replayed"
+    );
+}

@@ -305,4 +305,28 @@ cache = "{cache}"
     for record in records.values() {
         assert_eq!(record["metrics"]["jit_s"], 2.5, "{record}");
     }
+    // An arch list the cell inherits from the harness's environment counts as much as one its
+    // matrix sets: the same cell, run again under TORCH_CUDA_ARCH_LIST=8.6, gets another folder.
+    let native = folder("0.6.8.post1-sm_90-1");
+    let rerun = gpucompat()
+        .args([
+            "run",
+            "--grace",
+            "1s",
+            "--cell",
+            "0.6.8.post1-sm_90-1",
+            "--inventory",
+        ])
+        .arg(&inventory)
+        .arg("--out")
+        .arg(sandbox.path().join("rerun"))
+        .arg("--cache-dir")
+        .arg(&cache)
+        .arg(&matrix)
+        .env("OUT_DIR", sandbox.path())
+        .env("TORCH_CUDA_ARCH_LIST", "8.6")
+        .output()
+        .expect("rerun");
+    assert_eq!(rerun.status.code(), Some(0));
+    assert_ne!(folder("0.6.8.post1-sm_90-1"), native);
 }
