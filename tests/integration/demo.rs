@@ -37,6 +37,25 @@ fn recorded_verdicts() -> BTreeMap<String, (String, Value)> {
     verdicts
 }
 
+/// Runs a one-axis replay matrix (`recorded = [RECORDED]`, relative to `root`) into `out`.
+fn replay(sandbox: &Sandbox, root: &Path, recorded: &str, out: &Path) -> std::process::Output {
+    let matrix = sandbox.file(
+        "replay.toml",
+        &format!(
+            "replay = true\n[matrix]\nrecorded = [\"{recorded}\"]\n[job]\ncommand = \"sh {} {}/{{recorded}}\"\ntimeout = \"20s\"\nno-progress = \"10s\"\n",
+            repo_root().join("matrices/demo/replay.sh").display(),
+            root.display()
+        ),
+    );
+    gpucompat()
+        .arg("run")
+        .arg(&matrix)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("run")
+}
+
 fn records(run: &Path) -> Vec<Value> {
     std::fs::read_to_string(run.join("results.jsonl"))
         .expect("results.jsonl")
@@ -162,22 +181,13 @@ fn a_live_run_is_not_labelled_a_replay() {
 #[test]
 fn replaying_a_cell_that_was_never_recorded_fails_loudly() {
     let sandbox = Sandbox::new();
-    let matrix = sandbox.file(
-        "m.toml",
-        &format!(
-            "replay = true\n[matrix]\nrecorded = [\"gpu-smoke-h100/no-such-cell\"]\n[job]\ncommand = \"sh {} {}/{{recorded}}\"\n",
-            repo_root().join("matrices/demo/replay.sh").display(),
-            repo_root().join("reports").display()
-        ),
-    );
     let out = sandbox.path().join("run");
-    let output = gpucompat()
-        .args(["run"])
-        .arg(&matrix)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run");
+    let output = replay(
+        &sandbox,
+        &repo_root().join("reports"),
+        "gpu-smoke-h100/no-such-cell",
+        &out,
+    );
     assert_eq!(output.status.code(), Some(1));
     let log =
         std::fs::read_to_string(out.join("logs/gpu-smoke-h100_no-such-cell.log")).expect("log");
@@ -208,21 +218,8 @@ fn a_replay_reads_the_records_own_verdict_and_every_byte_of_its_log() {
         "started_at": "2026-11-22T00:00:00Z", "format_version": 1
     });
     std::fs::write(run.join("results.jsonl"), format!("{record}\n")).expect("results");
-    let matrix = sandbox.file(
-        "m.toml",
-        &format!(
-            "replay = true\n[matrix]\nrecorded = [\"recorded/c\"]\n[job]\ncommand = \"sh {} {{recorded}}\"\ntimeout = \"20s\"\nno-progress = \"10s\"\n",
-            repo_root().join("matrices/demo/replay.sh").display(),
-        ),
-    );
     let out = sandbox.path().join("run");
-    let output = gpucompat()
-        .args(["run"])
-        .arg(&matrix)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run");
+    let output = replay(&sandbox, sandbox.path(), "recorded/c", &out);
     assert_eq!(output.status.code(), Some(1));
     let replayed = &records(&out)[0];
     assert_eq!(replayed["status"], "fail", "{replayed}");
