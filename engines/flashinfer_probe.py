@@ -19,6 +19,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import queue as queues
 import sys
 import time
 import traceback
@@ -375,8 +376,6 @@ def wait_for_workers(procs, queue):
     """Each worker's report. A worker that dies without one (a crash, a kill) counts as failed
     instead of leaving the launch waiting forever; after the first failure the others are stopped,
     as an engine's launcher does, so one failed and one stuck worker cannot hang the launch."""
-    import queue as queues
-
     reported, failed = set(), 0
 
     def take(pid, error):
@@ -388,6 +387,13 @@ def wait_for_workers(procs, queue):
             failed += 1
             say(f"worker {pid} failed")
 
+    def drain():
+        try:
+            while True:
+                take(*queue.get_nowait())
+        except queues.Empty:
+            pass
+
     while len(reported) < len(procs) and not failed:
         try:
             take(*queue.get(timeout=1.0))
@@ -395,11 +401,7 @@ def wait_for_workers(procs, queue):
         except queues.Empty:
             pass
         # A worker puts its report before it exits: drain what arrived, then look for the dead.
-        try:
-            while True:
-                take(*queue.get_nowait())
-        except queues.Empty:
-            pass
+        drain()
         for proc in procs:
             if proc.pid not in reported and proc.exitcode is not None:
                 reported.add(proc.pid)
@@ -418,11 +420,7 @@ def wait_for_workers(procs, queue):
             except queues.Empty:
                 if not any(proc.is_alive() for proc in procs):
                     break
-        try:
-            while True:
-                take(*queue.get_nowait())
-        except queues.Empty:
-            pass
+        drain()
     return failed
 
 

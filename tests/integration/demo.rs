@@ -2,7 +2,7 @@
 //! project recorded on real GPUs (reports/) through the whole pipeline, labelled as a replay, and
 //! must reach the recorded verdicts by itself.
 
-use crate::util::{Sandbox, gpucompat, repo_root};
+use crate::util::{Sandbox, gpucompat, records, repo_root};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -54,14 +54,6 @@ fn replay(sandbox: &Sandbox, root: &Path, recorded: &str, out: &Path) -> std::pr
         .arg(out)
         .output()
         .expect("run")
-}
-
-fn records(run: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run.join("results.jsonl"))
-        .expect("results.jsonl")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("record"))
-        .collect()
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! the real launch flags, print the real log lines and answer the real routes (their wheels are
 //! too big for CI; see tests/fixtures/engines/standin.py).
 
-use crate::util::{Sandbox, gpucompat, repo_root};
+use crate::util::{Sandbox, gpucompat, records, repo_root};
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -227,14 +227,7 @@ python = "python3"
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    let record: Value = serde_json::from_str(
-        std::fs::read_to_string(out.join("results.jsonl"))
-            .expect("results")
-            .lines()
-            .next()
-            .expect("a record"),
-    )
-    .expect("json");
+    let record = &records(&out)[0];
     assert_eq!(record["signature"], "dependency_error", "{record}");
     let log = std::fs::read_to_string(out.join("logs/2.log")).expect("log");
     assert!(
@@ -299,9 +292,7 @@ no-progress = "3s"
             .output()
             .expect("run")
             .status;
-        let text = std::fs::read_to_string(out.join("results.jsonl")).expect("results");
-        let record: Value =
-            serde_json::from_str(text.lines().next().expect("record")).expect("json");
+        let record = records(&out).swap_remove(0);
         let log = std::fs::read_to_string(out.join(format!("logs/{case}.log"))).expect("log");
         (status.code(), record, log, sandbox)
     };

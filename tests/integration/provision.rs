@@ -1,8 +1,7 @@
 //! Environments: pins installed from a local wheelhouse of tiny wheels the tests build, once per
 //! pin set, reused, locked, and failures named.
 
-use crate::util::{Sandbox, gpucompat, repo_root};
-use serde_json::Value;
+use crate::util::{Sandbox, gpucompat, records, repo_root};
 use std::path::Path;
 
 /// Builds wheels `tinylib` 1.0 and 2.0 and `tinyapp` 1.0 (which needs tinylib) into `dir`.
@@ -22,14 +21,6 @@ fn wheelhouse(dir: &Path) {
             .expect("python3 runs");
         assert!(status.success(), "make_wheel {args:?}");
     }
-}
-
-fn records(out: &Path) -> Vec<Value> {
-    std::fs::read_to_string(out.join("results.jsonl"))
-        .expect("results.jsonl")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("record"))
-        .collect()
 }
 
 const MATRIX: &str = r#"

@@ -1,6 +1,7 @@
 //! Shared test helpers: the built binary and scratch folders with files in them.
 
 use assert_cmd::Command;
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// The `gpucompat` binary built for this test run.
@@ -38,4 +39,14 @@ impl Sandbox {
 /// The repository root (where `Cargo.toml` is).
 pub(crate) fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every record of a run folder's `results.jsonl`, in order (a line that does not parse, or a
+/// missing file, fails the test).
+pub(crate) fn records(run: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("results.jsonl"))
+        .expect("results.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("results.jsonl line is JSON"))
+        .collect()
 }
