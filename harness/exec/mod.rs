@@ -5,11 +5,14 @@
 //!   of the cell is left.
 //! - [`procfs`]: finds a cell's processes (by process group and by the token every cell process
 //!   carries in its environment, which survives `setsid`) and reads their CPU time.
+//! - [`listeners`]: who listens on a TCP port (the cell, a process that cannot be the cell's, or
+//!   nobody this host can see), so a server cell is never judged by another process's answers.
 //! - [`logsink`]: the bounded log file (head and tail kept, the middle dropped with a marker).
 //! - [`reaper`]: a guardian process that kills every cell process if the harness dies, even by
 //!   SIGKILL, when the pipe it listens on closes.
 //! - [`probe`]: short synchronous commands whose output is captured (`nvidia-smi`).
 
+pub mod listeners;
 pub mod logsink;
 pub mod probe;
 pub mod process;

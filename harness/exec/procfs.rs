@@ -93,7 +93,7 @@ pub fn parse_stat(text: &str) -> Option<ProcInfo> {
     })
 }
 
-fn read_stat(pid: i32) -> Option<ProcInfo> {
+pub(super) fn read_stat(pid: i32) -> Option<ProcInfo> {
     // One open and one read into a buffer on the stack: this runs for every process of the host
     // on every scan. A stat line is a few hundred bytes; the name in it is at most 64.
     let mut file = fs::File::open(format!("/proc/{pid}/stat")).ok()?;
@@ -109,6 +109,17 @@ fn read_stat(pid: i32) -> Option<ProcInfo> {
     parse_stat(&String::from_utf8_lossy(&buf[..len]))
 }
 
+/// The value of `name` in the environment `pid` started with, if it is there and readable.
+pub(super) fn environ_value(pid: i32, name: &str) -> Option<Vec<u8>> {
+    let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ.split(|b| *b == 0).find_map(|entry| {
+        entry
+            .strip_prefix(name.as_bytes())
+            .and_then(|rest| rest.strip_prefix(b"="))
+            .map(<[u8]>::to_vec)
+    })
+}
+
 fn environ_has(pid: i32, marker: &[u8]) -> bool {
     let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else {
         return false;
@@ -116,7 +127,7 @@ fn environ_has(pid: i32, marker: &[u8]) -> bool {
     environ.split(|b| *b == 0).any(|entry| entry == marker)
 }
 
-fn all_pids() -> Vec<i32> {
+pub(super) fn all_pids() -> Vec<i32> {
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };

@@ -6,11 +6,14 @@
 
 use super::folder::log_relative;
 use super::outcome::{self, LastAttempt};
+use super::port;
 use super::server::{self, Request};
 use crate::classify::{Classification, Classifier, Evidence, Verdict};
 use crate::engines::{self, ResolvedServer};
+use crate::exec::listeners::{self, Holder};
 use crate::exec::logsink::{LogLimits, LogSink};
 use crate::exec::process::{self, CellCommand, Running, SharedLog};
+use crate::exec::procfs::Selector;
 use crate::exec::reaper::Reaper;
 use crate::matrix::template::value_text;
 use crate::matrix::{CacheMode, Cell, Engine, Plan};
@@ -70,7 +73,8 @@ enum Trouble {
     Invalid(String),
     /// The cell's environment could not be installed; the installer's output is in the log.
     Provision(String),
-    /// The harness could not start the cell (spawn failed, port or log unavailable).
+    /// The harness could not run the cell as asked (spawn failed, port or log unavailable, the
+    /// cell's port answered by another process).
     Infra(String),
 }
 
@@ -528,7 +532,11 @@ async fn run_attempt(
 fn infra_classification() -> Classification {
     Classification {
         spurious: true,
-        explanation: Some("the harness could not start the cell".to_owned()),
+        explanation: Some(
+            "the harness could not run the cell as asked (the reason says why); not a verdict on \
+             the versions under test"
+                .to_owned(),
+        ),
         ..Classification::unknown()
     }
 }
@@ -781,13 +789,15 @@ fn stopped<T>(stop: Stop<T>, cell: &Cell, log: &SharedLog, result: &mut Attempt)
     }
 }
 
-/// Waits for the ready line (if any), then for the health route (if any).
+/// Waits for the ready line (if any), then for the health route (if any), then makes sure the
+/// port is the cell's: `Err` says which other process holds it.
 async fn ready(
     http: &reqwest::Client,
     port: u16,
     resolved: &ResolvedServer,
     line_seen: Arc<(AtomicBool, Notify)>,
-) {
+    cell: Selector,
+) -> Result<(), String> {
     if resolved.ready_line.is_some() {
         loop {
             let notified = line_seen.1.notified();
@@ -799,6 +809,17 @@ async fn ready(
     }
     if let Some(path) = &resolved.health {
         server::wait_healthy(http, port, path).await;
+    }
+    // Reading every process's open files can take a while on a crowded host; off the runtime.
+    let holder = tokio::task::spawn_blocking(move || listeners::holder(port, &cell))
+        .await
+        .unwrap_or(Holder::Unknown);
+    match holder {
+        Holder::Foreign { pid, command, why } => Err(format!(
+            "port {port} answers, but it is held by pid {pid} ({command}), not by the cell's \
+             server: {why}"
+        )),
+        Holder::Cell | Holder::Unknown => Ok(()),
     }
 }
 
@@ -818,13 +839,15 @@ async fn server(
 ) {
     let clock = Instant::now();
     let deadline = clock + cell.timeout;
-    let port = match server::free_port() {
-        Ok(port) => port,
+    // Held until the cell is torn down: no other cell is handed this port meanwhile.
+    let lease = match port::lease() {
+        Ok(lease) => lease,
         Err(err) => {
             result.trouble = Some(Trouble::Infra(format!("no free port on loopback: {err}")));
             return;
         }
     };
+    let port = lease.port;
     env.push(("GPUCOMPAT_PORT".to_owned(), port.to_string()));
     env.extend(resolved.env.iter().cloned());
     let line_seen = Arc::new((AtomicBool::new(false), Notify::new()));
@@ -873,8 +896,15 @@ async fn server(
 
     result.phase = Phase::Ready;
     let ready_deadline = deadline.min(clock + resolved.ready_timeout);
+    let cell_processes = running.selector().clone();
     let stop = guard(
-        ready(&shared.http, port, resolved, Arc::clone(&line_seen)),
+        ready(
+            &shared.http,
+            port,
+            resolved,
+            Arc::clone(&line_seen),
+            cell_processes,
+        ),
         &mut running,
         &mut dog,
         ready_deadline,
@@ -890,6 +920,12 @@ async fn server(
                 &format!("server exited before it was ready: {status}"),
             );
             result.trouble = Some(Trouble::ServerExited);
+            false
+        }
+        // Not the cell's fault and not its answer: a harness error, which is spurious.
+        Stop::Done(Err(taken)) => {
+            note_stop(log, result, &taken);
+            result.trouble = Some(Trouble::Infra(taken));
             false
         }
         other => stopped(other, cell, log, result).is_some(),

@@ -13,6 +13,7 @@
 pub mod cell;
 pub mod folder;
 pub mod outcome;
+pub mod port;
 pub mod progress;
 pub mod server;
 pub mod slots;

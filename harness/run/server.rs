@@ -3,39 +3,8 @@
 
 use regex::Regex;
 use serde_json::{Value, json};
-use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::{Instant, sleep};
-
-/// Ports handed out lately. A probed port is free again the moment the probe closes, so the
-/// kernel may offer it again to the next probe, before the first server has bound it: two server
-/// cells starting together would then get the same port and one would die on "address in use".
-static RECENT_PORTS: Mutex<VecDeque<u16>> = Mutex::new(VecDeque::new());
-/// How many recent ports are never handed out again (more than cells that start at once).
-const RECENT_KEPT: usize = 512;
-
-/// A free TCP port on loopback (bound, then released for the server to take), not one handed out
-/// lately to another cell.
-pub fn free_port() -> std::io::Result<u16> {
-    for _ in 0..64 {
-        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
-        let port = listener.local_addr()?.port();
-        let mut recent = RECENT_PORTS
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !recent.contains(&port) {
-            if recent.len() == RECENT_KEPT {
-                recent.pop_front();
-            }
-            recent.push_back(port);
-            return Ok(port);
-        }
-    }
-    Err(std::io::Error::other(
-        "the kernel kept offering ports handed out lately",
-    ))
-}
 
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
@@ -334,14 +303,6 @@ mod tests {
         assert!(validate("a\u{1}b", None).is_err());
         assert!(validate("London", paris.as_ref()).is_err());
         assert!(validate("aaaaaaab", None).is_ok());
-    }
-
-    #[test]
-    fn free_ports_are_not_handed_out_twice() {
-        let mut ports: Vec<u16> = (0..200).map(|_| free_port().expect("port")).collect();
-        ports.sort_unstable();
-        ports.dedup();
-        assert_eq!(ports.len(), 200);
     }
 
     #[test]

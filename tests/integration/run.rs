@@ -787,6 +787,46 @@ no-progress = "1s"
     assert!((2.0..6.0).contains(&duration), "{duration}");
 }
 
+/// A port answered by a process that is not the cell's (here one that was running before the cell
+/// started and grabs the cell's port first, as a leftover server would) must never pass the cell:
+/// the harness says whose port it is, as its own error, at once.
+#[test]
+fn a_port_answered_by_another_process_is_a_harness_error_not_the_cells_verdict() {
+    let scene = Scene::new(
+        r#"
+[matrix]
+engine = ["squatted"]
+[server]
+command = "echo {port} > '@SANDBOX@/want-port'; exec sleep 30"
+ready-timeout = "20s"
+timeout = "30s"
+no-progress = "20s"
+"#,
+    );
+    let mut squatter = Command::new(python())
+        .arg(repo_root().join("tests/fixtures/run/port_squatter.py"))
+        .arg(scene.path("want-port"))
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the squatter");
+    let out = scene.run(&[]);
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    let record = scene.record("squatted");
+    assert_eq!(record["status"], "error", "{record:#?}");
+    assert_eq!(record["spurious"], true, "{record:#?}");
+    assert_eq!(record["phase"], "ready", "{record:#?}");
+    let reason = str_of(&record, "reason");
+    assert!(
+        reason.contains(&format!("held by pid {}", squatter.id()))
+            && reason.contains("already running when the cell started"),
+        "{reason}"
+    );
+    assert!(f64_of(&record["duration_s"]) < 15.0, "{record:#?}");
+    assert!(scene.log(&record).contains("not by the cell's server"));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+}
+
 #[test]
 fn ready_line_readiness_and_stubborn_workers_are_killed() {
     let scene = Scene::new(&format!(

@@ -1,0 +1,182 @@
+//! Loopback ports for server cells.
+//!
+//! The harness asks the kernel for a free port (bind to port 0, read it, close), and hands it to
+//! the server in `{port}`. Between that close and the server's own bind the port is free, and the
+//! kernel may offer it to anyone who asks: another cell of this run, or a cell of another
+//! gpucompat run on the same host (two CI jobs on one runner, tests run in parallel). Both would
+//! then be told the same port; one server dies on "address in use", and the other cell's health
+//! checks can be answered by the wrong server.
+//!
+//! So a port is leased: within a run, ports handed out lately are not handed out again; across
+//! runs, a lease holds an exclusive `flock` on `<tmp>/gpucompat-ports/<port>.lock` for as long as
+//! the cell runs, and a port whose lock another process holds is skipped. The kernel drops the lock
+//! when its holder dies, so a killed harness never strands a port. Lock files are never deleted
+//! (deleting a lock file races with its next locker); there is one per port ever leased, a few
+//! bytes of directory each.
+
+use nix::fcntl::{Flock, FlockArg};
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// Ports handed out lately by this process: never handed out again while they are on the list,
+/// so a port is not reused the moment its cell ends.
+static RECENT_PORTS: Mutex<VecDeque<u16>> = Mutex::new(VecDeque::new());
+/// How many recent ports are kept (more than cells that start at once).
+const RECENT_KEPT: usize = 512;
+/// How many offers from the kernel to try before giving up.
+const TRIES: usize = 64;
+
+/// A port reserved for one cell, until dropped.
+#[derive(Debug)]
+pub struct PortLease {
+    pub port: u16,
+    /// `None` where the lock folder cannot be used: the lease then only protects against the
+    /// cells of this run.
+    _lock: Option<Flock<File>>,
+}
+
+/// Where the lock files live: one folder per host for every user, like `/tmp` itself (sticky, so
+/// nobody removes another's files; `flock` needs only read access, so anyone can lock them).
+fn lock_dir() -> PathBuf {
+    std::env::temp_dir().join("gpucompat-ports")
+}
+
+/// A free loopback port that no other cell, of this run or another, has been handed and still
+/// holds.
+pub fn lease() -> io::Result<PortLease> {
+    lease_from(|| {
+        Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
+            .local_addr()?
+            .port())
+    })
+}
+
+/// [`lease`] over the ports `offer` proposes (the kernel's free ones, outside tests).
+fn lease_from(mut offer: impl FnMut() -> io::Result<u16>) -> io::Result<PortLease> {
+    let dir = lock_dir();
+    let dir_usable = ensure_dir(&dir);
+    if let Err(err) = &dir_usable {
+        tracing::debug!("port locks unavailable in {}: {err}", dir.display());
+    }
+    for _ in 0..TRIES {
+        let port = offer()?;
+        {
+            let recent = RECENT_PORTS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if recent.contains(&port) {
+                continue;
+            }
+        }
+        let lock = match &dir_usable {
+            Ok(()) => match lock_port(&dir, port) {
+                Ok(Some(lock)) => Some(lock),
+                // Another process holds this port's lease.
+                Ok(None) => continue,
+                Err(err) => {
+                    tracing::debug!("cannot lock port {port}: {err}");
+                    None
+                }
+            },
+            Err(_) => None,
+        };
+        let mut recent = RECENT_PORTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if recent.len() == RECENT_KEPT {
+            recent.pop_front();
+        }
+        recent.push_back(port);
+        return Ok(PortLease { port, _lock: lock });
+    }
+    Err(io::Error::other(format!(
+        "the kernel kept offering ports that are leased already ({TRIES} tries)"
+    )))
+}
+
+fn ensure_dir(dir: &std::path::Path) -> io::Result<()> {
+    match fs::create_dir(dir) {
+        Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(0o1777)),
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+/// The lock of `port`, or `None` when another process holds it.
+fn lock_port(dir: &std::path::Path, port: u16) -> io::Result<Option<Flock<File>>> {
+    let path = dir.join(format!("{port}.lock"));
+    let file = match OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o666)
+        .open(&path)
+    {
+        Ok(file) => file,
+        // Another user's lock file: reading is enough to lock it.
+        Err(err) if err.kind() == io::ErrorKind::PermissionDenied => File::open(&path)?,
+        Err(err) => return Err(err),
+    };
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(Some(lock)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, errno)) => Err(io::Error::from(errno)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leased_ports_are_not_handed_out_twice() {
+        let leases: Vec<PortLease> = (0..200).map(|_| lease().expect("port")).collect();
+        let mut ports: Vec<u16> = leases.iter().map(|l| l.port).collect();
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), 200);
+    }
+
+    #[test]
+    fn a_port_another_process_leased_is_skipped_until_released() {
+        let dir = lock_dir();
+        ensure_dir(&dir).expect("lock folder");
+        let held = lease().expect("port");
+        assert!(held._lock.is_some(), "the lease holds its lock");
+        // A second open of the lock file is another open file description: to `flock` it is as
+        // good as another process.
+        assert!(
+            lock_port(&dir, held.port).expect("lock").is_none(),
+            "a leased port cannot be locked again"
+        );
+        let port = held.port;
+        drop(held);
+        assert!(
+            lock_port(&dir, port).expect("lock").is_some(),
+            "released with the lease"
+        );
+    }
+
+    #[test]
+    fn ports_locked_by_another_run_are_passed_over() {
+        // `taken` holds its lock as another run's lease would (to `flock`, another open of the
+        // file is as good as another process); `free` was leased and given back.
+        let taken = lease().expect("port");
+        let free = lease().expect("port");
+        let free_port = free.port;
+        drop(free);
+        // Forget both here, so only the lock can keep `taken` out.
+        RECENT_PORTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|p| *p != taken.port && *p != free_port);
+        let mut offers = [taken.port, taken.port, free_port].into_iter();
+        let leased = lease_from(|| Ok(offers.next().expect("an offer"))).expect("a lease");
+        assert_eq!(leased.port, free_port);
+    }
+}
