@@ -1,10 +1,10 @@
 //! Who listens on a TCP port, as this host's `/proc` tells it: the listening socket's inode from
 //! `/proc/net/tcp` and `/proc/net/tcp6`, then the process that holds that inode open.
 //!
-//! A server cell is ready when its port answers. If the port is held by some other process (a
-//! server of another run that was handed the same port, something left over from an earlier job),
-//! the answer is that process's, and every verdict built on it would be wrong. This is how the
-//! runner tells the two apart before it believes a port.
+//! A server cell is ready when its port answers. If the port is held by another cell's server (of
+//! a run that was handed the same port), the answer is that server's, and every verdict built on it
+//! would be wrong. Any other process outside the cell may be a port forwarder working for the cell,
+//! so it is only named, never blamed: a good cell must not become an error on a guess.
 
 use super::procfs::{self, CELL_TOKEN_VAR, Selector};
 use std::fs;
@@ -14,31 +14,35 @@ use std::fs;
 pub enum Holder {
     /// A process of the cell listens on it.
     Cell,
-    /// A process that cannot be the cell's server listens on it.
-    Foreign {
+    /// Another gpucompat cell's process listens on it (it carries another cell's token): certainly
+    /// not this cell's server.
+    OtherCell { pid: i32, command: String },
+    /// A process outside the cell listens on it. It may be a port forwarder working for the cell
+    /// (a container runtime's, an ssh tunnel's), which can have started long before the cell, so
+    /// it is trusted; the runner notes it in the cell's log.
+    Outside {
         pid: i32,
-        /// Its name, as in `/proc/<pid>/comm`.
         command: String,
-        /// Why it cannot be the cell's.
-        why: &'static str,
+        /// Whether it was already running when the cell started.
+        older: bool,
     },
     /// This host cannot tell: no listener is visible in this network namespace (the server lives
-    /// in a container or on another node), its holder cannot be read (another user's process),
-    /// or the holder is a process outside the cell that started after it (a container runtime's
-    /// port forwarder, started on the cell's behalf). The answer is taken on trust.
-    Unknown,
+    /// in a container or on another node), or a listener's holder cannot be read (another user's
+    /// process). Trusted.
+    Unseen,
 }
 
-/// Who listens on `port` (any local address), judged against the cell `selector` describes.
+/// Who listens on `127.0.0.1:port`, judged against the cell `selector` describes.
 ///
-/// Only a holder that is known not to be the cell's is called foreign: one that carries another
-/// cell's token, or one that was already running when the cell started. Cheap when the cell holds
-/// the port (only its own processes' files are read); a foreign holder costs one pass over every
-/// process's open files.
+/// Only sockets that accept connections to 127.0.0.1 count (bound to it, to every address, or to
+/// IPv6's every address), since that is where the runner connects. The cell wins if it holds any
+/// of them; otherwise every one of them must have a holder that can be read, or nothing is
+/// claimed. Cheap when the cell holds the port (only its own processes' files are read); otherwise
+/// one pass over every process's open files.
 pub fn holder(port: u16, selector: &Selector) -> Holder {
     let inodes = listening_inodes(port);
     if inodes.is_empty() {
-        return Holder::Unknown;
+        return Holder::Unseen;
     }
     if procfs::find_alive(selector)
         .iter()
@@ -46,33 +50,50 @@ pub fn holder(port: u16, selector: &Selector) -> Holder {
     {
         return Holder::Cell;
     }
+    let mut holders: Vec<(i32, u64)> = Vec::new();
     for pid in procfs::all_pids() {
-        if !holds_any(pid, &inodes) {
-            continue;
+        for inode in held(pid, &inodes) {
+            holders.push((pid, inode));
         }
-        let Some(info) = procfs::read_stat(pid) else {
-            continue;
-        };
-        let command = fs::read_to_string(format!("/proc/{pid}/comm"))
-            .map(|c| c.trim_end().to_owned())
-            .unwrap_or_default();
-        let why = if procfs::environ_value(pid, CELL_TOKEN_VAR).is_some() {
-            // Not found by the selector, so the token is not this cell's.
-            "it belongs to another gpucompat cell"
-        } else if selector
-            .started_since
-            .is_some_and(|since| info.start_ticks < since)
-        {
-            "it was already running when the cell started"
-        } else {
-            return Holder::Unknown;
-        };
-        return Holder::Foreign { pid, command, why };
     }
-    Holder::Unknown
+    if inodes
+        .iter()
+        .any(|inode| !holders.iter().any(|(_, held)| held == inode))
+    {
+        return Holder::Unseen;
+    }
+    let described: Vec<Holder> = holders
+        .iter()
+        .filter_map(|&(pid, _)| {
+            let info = procfs::read_stat(pid)?;
+            let command = fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|c| c.trim_end().to_owned())
+                .unwrap_or_default();
+            // Not found by the selector, so a cell token it carries is another cell's.
+            Some(if procfs::environ_value(pid, CELL_TOKEN_VAR).is_some() {
+                Holder::OtherCell { pid, command }
+            } else {
+                Holder::Outside {
+                    pid,
+                    command,
+                    older: selector
+                        .started_since
+                        .is_some_and(|since| info.start_ticks < since),
+                }
+            })
+        })
+        .collect();
+    // Another cell's listener on the port is proof enough; otherwise the first outside holder.
+    described
+        .iter()
+        .find(|h| matches!(h, Holder::OtherCell { .. }))
+        .or_else(|| described.first())
+        .cloned()
+        .unwrap_or(Holder::Unseen)
 }
 
-/// Inodes of the sockets listening on `port`, over IPv4 and IPv6.
+/// Inodes of the sockets listening on `port` that accept connections to 127.0.0.1, over IPv4
+/// and IPv6.
 fn listening_inodes(port: u16) -> Vec<u64> {
     ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
@@ -81,9 +102,20 @@ fn listening_inodes(port: u16) -> Vec<u64> {
         .collect()
 }
 
-/// The inodes of `LISTEN` sockets on `port` in one `/proc/net/tcp`-style table (proc(5)): after
-/// a header line, `sl local_address rem_address st ... uid timeout inode`, addresses as
-/// `HEXADDR:HEXPORT`, state `0A` for listening.
+/// Local addresses, as `/proc/net/tcp{,6}` writes them (each 32-bit word in host order, here
+/// little-endian), that accept a connection to 127.0.0.1: 127.0.0.1, 0.0.0.0, `::`,
+/// `::ffff:127.0.0.1` and `::ffff:0.0.0.0`.
+const LOOPBACK_REACHABLE: [&str; 5] = [
+    "0100007F",
+    "00000000",
+    "00000000000000000000000000000000",
+    "0000000000000000FFFF00000100007F",
+    "0000000000000000FFFF000000000000",
+];
+
+/// The inodes of `LISTEN` sockets on `port` reachable at 127.0.0.1 in one `/proc/net/tcp`-style
+/// table (proc(5)): after a header line, `sl local_address rem_address st ... uid timeout inode`,
+/// addresses as `HEXADDR:HEXPORT`, state `0A` for listening.
 fn parse_listeners(table: &str, port: u16) -> Vec<u64> {
     const LISTEN: &str = "0A";
     table
@@ -91,30 +123,46 @@ fn parse_listeners(table: &str, port: u16) -> Vec<u64> {
         .skip(1)
         .filter_map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            let (_, local_port) = fields.get(1)?.rsplit_once(':')?;
+            let (address, local_port) = fields.get(1)?.rsplit_once(':')?;
             let listening = *fields.get(3)? == LISTEN;
             let inode: u64 = fields.get(9)?.parse().ok()?;
-            (listening && inode != 0 && u16::from_str_radix(local_port, 16).ok()? == port)
+            let reachable = LOOPBACK_REACHABLE
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(address));
+            (listening
+                && reachable
+                && inode != 0
+                && u16::from_str_radix(local_port, 16).ok()? == port)
                 .then_some(inode)
         })
         .collect()
 }
 
-/// Whether `pid` holds one of these sockets open (`/proc/<pid>/fd/N -> socket:[INODE]`).
-fn holds_any(pid: i32, inodes: &[u64]) -> bool {
+/// Which of these sockets `pid` holds open (`/proc/<pid>/fd/N -> socket:[INODE]`).
+fn held(pid: i32, inodes: &[u64]) -> Vec<u64> {
     let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
+        return Vec::new();
     };
-    fds.filter_map(Result::ok).any(|fd| {
-        fs::read_link(fd.path()).is_ok_and(|target| {
+    let mut found: Vec<u64> = fds
+        .filter_map(Result::ok)
+        .filter_map(|fd| {
+            let target = fs::read_link(fd.path()).ok()?;
             target
-                .to_str()
-                .and_then(|t| t.strip_prefix("socket:["))
-                .and_then(|t| t.strip_suffix(']'))
-                .and_then(|t| t.parse::<u64>().ok())
-                .is_some_and(|inode| inodes.contains(&inode))
+                .to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse::<u64>()
+                .ok()
+                .filter(|inode| inodes.contains(inode))
         })
-    })
+        .collect();
+    found.dedup();
+    found
+}
+
+/// Whether `pid` holds one of these sockets open.
+fn holds_any(pid: i32, inodes: &[u64]) -> bool {
+    !held(pid, inodes).is_empty()
 }
 
 #[cfg(test)]
@@ -125,19 +173,31 @@ mod tests {
     use std::process::{Child, Command, Stdio};
 
     #[test]
-    fn parses_listening_sockets_of_both_families() {
+    fn parses_listening_sockets_reachable_at_loopback() {
         let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 424242 1 0000000000000000 100 0 0 10 0
    1: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000  1000        0 515151 1 0000000000000000 20 4 30 10 -1
    2: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1 0000000000000000 100 0 0 10 0
+   3: 0200007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 888 1 0000000000000000 100 0 0 10 0
+   4: 0A00000A:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 999 1 0000000000000000 100 0 0 10 0
 ";
-        assert_eq!(parse_listeners(tcp, 8080), vec![424242]);
-        assert_eq!(parse_listeners(tcp, 22), vec![777]);
+        assert_eq!(
+            parse_listeners(tcp, 8080),
+            vec![424242],
+            "not 127.0.0.2, 10.0.0.10"
+        );
+        assert_eq!(parse_listeners(tcp, 22), vec![777], "0.0.0.0");
         assert!(parse_listeners(tcp, 50000).is_empty(), "not listening");
         let tcp6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 00000000000000000000000000000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 99 1 0000000000000000 100 0 0 10 0
+   1: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 98 1 0000000000000000 100 0 0 10 0
+   2: 0000000000000000FFFF00000100007F:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 97 1 0000000000000000 100 0 0 10 0
 ";
-        assert_eq!(parse_listeners(tcp6, 8080), vec![99]);
+        assert_eq!(
+            parse_listeners(tcp6, 8080),
+            vec![99, 97],
+            "::, ::ffff:127.0.0.1, not ::1"
+        );
         assert!(parse_listeners("garbage\nmore garbage here", 8080).is_empty());
     }
 
@@ -165,7 +225,7 @@ mod tests {
     }
 
     #[test]
-    fn tells_the_cells_own_listener_from_older_and_unrelated_ones() {
+    fn tells_the_cells_own_listener_from_outside_ones() {
         let (mut child, port) = listener(&[]);
         let pid = i32::try_from(child.id()).expect("pid");
         let own = Selector::cell(pid, "token-of-this-cell");
@@ -187,19 +247,19 @@ mod tests {
         let _ = child.wait();
         assert_eq!(seen.0, Holder::Cell);
         assert!(
-            matches!(&seen.1, Holder::Foreign { pid: p, why, .. } if *p == pid && why.contains("already running")),
+            matches!(&seen.1, Holder::Outside { pid: p, older: true, .. } if *p == pid),
             "{:?}",
             seen.1
         );
-        assert_eq!(
-            seen.2,
-            Holder::Unknown,
-            "younger and not the cell's: trusted"
+        assert!(
+            matches!(&seen.2, Holder::Outside { pid: p, older: false, .. } if *p == pid),
+            "{:?}",
+            seen.2
         );
     }
 
     #[test]
-    fn another_cells_listener_is_foreign_whatever_its_age() {
+    fn another_cells_listener_is_another_cells_whatever_its_age() {
         let (mut child, port) = listener(&[(CELL_TOKEN_VAR, "run.other-cell.1")]);
         let pid = i32::try_from(child.id()).expect("pid");
         let seen = holder(
@@ -213,13 +273,13 @@ mod tests {
         let _ = child.kill();
         let _ = child.wait();
         assert!(
-            matches!(&seen, Holder::Foreign { pid: p, command, why } if *p == pid && command.starts_with("python") && why.contains("another gpucompat cell")),
+            matches!(&seen, Holder::OtherCell { pid: p, command } if *p == pid && command.starts_with("python")),
             "{seen:?}"
         );
     }
 
     #[test]
-    fn a_port_nobody_listens_on_is_unknown() {
+    fn a_port_nobody_listens_on_is_unseen() {
         let port = std::net::TcpListener::bind(("127.0.0.1", 0))
             .and_then(|l| l.local_addr())
             .expect("probe")
@@ -229,6 +289,6 @@ mod tests {
             env_marker: None,
             started_since: None,
         };
-        assert_eq!(holder(port, &anyone), Holder::Unknown);
+        assert_eq!(holder(port, &anyone), Holder::Unseen);
     }
 }

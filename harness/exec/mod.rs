@@ -5,8 +5,8 @@
 //!   of the cell is left.
 //! - [`procfs`]: finds a cell's processes (by process group and by the token every cell process
 //!   carries in its environment, which survives `setsid`) and reads their CPU time.
-//! - [`listeners`]: who listens on a TCP port (the cell, a process that cannot be the cell's, or
-//!   nobody this host can see), so a server cell is never judged by another process's answers.
+//! - [`listeners`]: who listens on a loopback port (the cell, another cell, a process outside the
+//!   cell, or nobody this host can see), so a server cell is never judged by another cell's answers.
 //! - [`logsink`]: the bounded log file (head and tail kept, the middle dropped with a marker).
 //! - [`reaper`]: a guardian process that kills every cell process if the harness dies, even by
 //!   SIGKILL, when the pipe it listens on closes.

@@ -789,14 +789,16 @@ fn stopped<T>(stop: Stop<T>, cell: &Cell, log: &SharedLog, result: &mut Attempt)
     }
 }
 
-/// Waits for the ready line (if any), then for the health route (if any), then makes sure the
-/// port is the cell's: `Err` says which other process holds it.
+/// Waits for the ready line (if any), then for the health route (if any), then looks at who
+/// listens on the port: `Err` names another cell's process holding it; a process outside the cell
+/// is trusted (it may be the cell's port forwarder) and noted in the log.
 async fn ready(
     http: &reqwest::Client,
     port: u16,
     resolved: &ResolvedServer,
     line_seen: Arc<(AtomicBool, Notify)>,
     cell: Selector,
+    log: &SharedLog,
 ) -> Result<(), String> {
     if resolved.ready_line.is_some() {
         loop {
@@ -813,13 +815,29 @@ async fn ready(
     // Reading every process's open files can take a while on a crowded host; off the runtime.
     let holder = tokio::task::spawn_blocking(move || listeners::holder(port, &cell))
         .await
-        .unwrap_or(Holder::Unknown);
+        .unwrap_or(Holder::Unseen);
     match holder {
-        Holder::Foreign { pid, command, why } => Err(format!(
-            "port {port} answers, but it is held by pid {pid} ({command}), not by the cell's \
-             server: {why}"
+        Holder::OtherCell { pid, command } => Err(format!(
+            "port {port} answers, but it is held by pid {pid} ({command}), another gpucompat \
+             cell's process, not by this cell's server"
         )),
-        Holder::Cell | Holder::Unknown => Ok(()),
+        Holder::Outside {
+            pid,
+            command,
+            older,
+        } => {
+            process::lock(log).note(&format!(
+                "port {port} is held by pid {pid} ({command}), a process outside the cell{}; \
+                 trusting it as the cell's port forwarder",
+                if older {
+                    " that was running before the cell started"
+                } else {
+                    ""
+                }
+            ));
+            Ok(())
+        }
+        Holder::Cell | Holder::Unseen => Ok(()),
     }
 }
 
@@ -904,6 +922,7 @@ async fn server(
             resolved,
             Arc::clone(&line_seen),
             cell_processes,
+            log,
         ),
         &mut running,
         &mut dog,

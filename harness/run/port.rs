@@ -8,7 +8,7 @@
 //! checks can be answered by the wrong server.
 //!
 //! So a port is leased: within a run, ports handed out lately are not handed out again; across
-//! runs, a lease holds an exclusive `flock` on `<tmp>/gpucompat-ports/<port>.lock` for as long as
+//! runs, a lease holds an exclusive `flock` on `/tmp/gpucompat-ports/<port>.lock` for as long as
 //! the cell runs, and a port whose lock another process holds is skipped. The kernel drops the lock
 //! when its holder dies, so a killed harness never strands a port. Lock files are never deleted
 //! (deleting a lock file races with its next locker); there is one per port ever leased, a few
@@ -18,8 +18,8 @@ use nix::fcntl::{Flock, FlockArg};
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::PathBuf;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// Ports handed out lately by this process: never handed out again while they are on the list,
@@ -39,10 +39,11 @@ pub struct PortLease {
     _lock: Option<Flock<File>>,
 }
 
-/// Where the lock files live: one folder per host for every user, like `/tmp` itself (sticky, so
-/// nobody removes another's files; `flock` needs only read access, so anyone can lock them).
+/// Where the lock files live: one fixed folder per host for every user and every job, so runs with
+/// different `TMPDIR`s still exclude each other. Sticky like `/tmp` itself (nobody removes
+/// another's files); the files are world-readable and `flock` needs only read access.
 fn lock_dir() -> PathBuf {
-    std::env::temp_dir().join("gpucompat-ports")
+    PathBuf::from("/tmp/gpucompat-ports")
 }
 
 /// A free loopback port that no other cell, of this run or another, has been handed and still
@@ -58,35 +59,38 @@ pub fn lease() -> io::Result<PortLease> {
 /// [`lease`] over the ports `offer` proposes (the kernel's free ones, outside tests).
 fn lease_from(mut offer: impl FnMut() -> io::Result<u16>) -> io::Result<PortLease> {
     let dir = lock_dir();
-    let dir_usable = ensure_dir(&dir);
-    if let Err(err) = &dir_usable {
-        tracing::debug!("port locks unavailable in {}: {err}", dir.display());
-    }
+    // Without the folder there are no cross-run locks at all: the lease still keeps this run's
+    // cells apart.
+    let locks = match ensure_dir(&dir) {
+        Ok(()) => true,
+        Err(err) => {
+            tracing::debug!("port locks unavailable in {}: {err}", dir.display());
+            false
+        }
+    };
+    // Held across the check and the insert, so two cells of this run never take one port.
+    let mut recent = RECENT_PORTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     for _ in 0..TRIES {
         let port = offer()?;
-        {
-            let recent = RECENT_PORTS
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if recent.contains(&port) {
-                continue;
-            }
+        if recent.contains(&port) {
+            continue;
         }
-        let lock = match &dir_usable {
-            Ok(()) => match lock_port(&dir, port) {
+        let lock = if locks {
+            match lock_port(&dir, port) {
                 Ok(Some(lock)) => Some(lock),
                 // Another process holds this port's lease.
                 Ok(None) => continue,
+                // A lock file this user cannot open: whoever made it may be using the port.
                 Err(err) => {
-                    tracing::debug!("cannot lock port {port}: {err}");
-                    None
+                    tracing::debug!("cannot lock port {port}: {err}; trying another");
+                    continue;
                 }
-            },
-            Err(_) => None,
+            }
+        } else {
+            None
         };
-        let mut recent = RECENT_PORTS
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if recent.len() == RECENT_KEPT {
             recent.pop_front();
         }
@@ -98,32 +102,58 @@ fn lease_from(mut offer: impl FnMut() -> io::Result<u16>) -> io::Result<PortLeas
     )))
 }
 
-fn ensure_dir(dir: &std::path::Path) -> io::Result<()> {
+/// Makes the lock folder, open to every user. A folder this user made earlier with other
+/// permissions is opened up again; one of another user's is used as it is.
+fn ensure_dir(dir: &Path) -> io::Result<()> {
     match fs::create_dir(dir) {
         Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(0o1777)),
-        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+            let meta = fs::metadata(dir)?;
+            if !meta.is_dir() {
+                return Err(io::Error::other("it is not a folder"));
+            }
+            if meta.permissions().mode() & 0o7777 != 0o1777
+                && meta.uid() == nix::unistd::getuid().as_raw()
+            {
+                fs::set_permissions(dir, fs::Permissions::from_mode(0o1777))?;
+            }
+            Ok(())
+        }
         Err(err) => Err(err),
     }
 }
 
 /// The lock of `port`, or `None` when another process holds it.
-fn lock_port(dir: &std::path::Path, port: u16) -> io::Result<Option<Flock<File>>> {
+fn lock_port(dir: &Path, port: u16) -> io::Result<Option<Flock<File>>> {
     let path = dir.join(format!("{port}.lock"));
     let file = match OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .mode(0o666)
         .open(&path)
     {
-        Ok(file) => file,
+        Ok(file) => {
+            // The umask may have taken read access from the others: give it back, so every user
+            // can lock this port (only the owner can, and only the owner needs to).
+            let meta = file.metadata()?;
+            if meta.permissions().mode() & 0o444 != 0o444
+                && meta.uid() == nix::unistd::getuid().as_raw()
+            {
+                file.set_permissions(fs::Permissions::from_mode(0o644))?;
+            }
+            file
+        }
         // Another user's lock file: reading is enough to lock it.
         Err(err) if err.kind() == io::ErrorKind::PermissionDenied => File::open(&path)?,
         Err(err) => return Err(err),
     };
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-        Ok(lock) => Ok(Some(lock)),
+        Ok(lock) => {
+            // Age-based cleaners of /tmp spare files touched lately; a held lock must not go.
+            let _ = lock.set_modified(std::time::SystemTime::now());
+            Ok(Some(lock))
+        }
         Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
         Err((_, errno)) => Err(io::Error::from(errno)),
     }
@@ -178,5 +208,24 @@ mod tests {
         let mut offers = [taken.port, taken.port, free_port].into_iter();
         let leased = lease_from(|| Ok(offers.next().expect("an offer"))).expect("a lease");
         assert_eq!(leased.port, free_port);
+    }
+
+    #[test]
+    fn lock_files_and_their_folder_are_opened_up_to_every_user() {
+        let scratch = tempfile::tempdir().expect("scratch folder");
+        let dir = scratch.path().join("ports");
+        fs::create_dir(&dir).expect("folder");
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).expect("chmod");
+        // As a umask of 077 would have made them.
+        let path = dir.join("4242.lock");
+        File::create(&path).expect("lock file");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).expect("chmod");
+
+        ensure_dir(&dir).expect("folder opened up");
+        let lock = lock_port(&dir, 4242).expect("lock").expect("not held");
+        let mode = |p: &Path| fs::metadata(p).expect("metadata").permissions().mode() & 0o7777;
+        assert_eq!(mode(&dir), 0o1777);
+        assert_eq!(mode(&path) & 0o444, 0o444);
+        drop(lock);
     }
 }
