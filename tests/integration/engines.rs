@@ -2,7 +2,7 @@
 //! the real launch flags, print the real log lines and answer the real routes (their wheels are
 //! too big for CI; see tests/fixtures/engines/standin.py).
 
-use crate::util::{Sandbox, gpucompat, records, repo_root};
+use crate::util::{Sandbox, gpucompat, python, records, repo_root};
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -266,7 +266,7 @@ fn the_probe_serves_streams_and_fails_fast_or_hangs_as_its_workers_do() {
 [matrix]
 case = ["{case}"]
 [server]
-command = "python3 {stand_in} --port {{port}} --workers 2 {args}"
+command = "$PYTHON {stand_in} --port {{port}} --workers 2 {args}"
 expect = "Paris is the capital"
 max-tokens = 4
 ready-timeout = "60s"
@@ -289,6 +289,7 @@ no-progress = "3s"
             .arg(sandbox.path().join("cache"))
             .args(["--grace", "1s"])
             .env("PROBE_FAKE", fake)
+            .env("PYTHON", python())
             .output()
             .expect("run")
             .status;

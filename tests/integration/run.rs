@@ -9,7 +9,7 @@
 //! Every wait is a poll with a deadline; timing bounds are generous (a loaded CI machine must
 //! pass).
 
-use crate::util::{Sandbox, gpucompat, repo_root};
+use crate::util::{Sandbox, gpucompat, python, repo_root};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -40,25 +40,6 @@ fn job_sh() -> String {
 /// `python3 fake_server.py` as a matrix command (`$PYTHON`: see [`python`]).
 fn server_py() -> String {
     format!("$PYTHON {}", fixture("fake_server.py"))
-}
-
-/// The interpreter `python3` from PATH resolves to, passed to cells as `$PYTHON`: a version
-/// manager's shim (pyenv) costs a dozen processes and file reads per start, which on a crowded
-/// machine can stall a server's start longer than the tests' one-second windows.
-fn python() -> &'static str {
-    static PYTHON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PYTHON.get_or_init(|| {
-        let out = Command::new("python3")
-            .args(["-c", "import sys; print(sys.executable)"])
-            .output()
-            .expect("python3 on PATH");
-        let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        if path.is_empty() || path.contains(char::is_whitespace) {
-            "python3".to_owned()
-        } else {
-            path
-        }
-    })
 }
 
 /// A sandbox holding a matrix file and an inventory, and the run folder `out/` once it ran.

@@ -50,3 +50,22 @@ pub(crate) fn records(run: &Path) -> Vec<Value> {
         .map(|l| serde_json::from_str(l).expect("results.jsonl line is JSON"))
         .collect()
 }
+
+/// The interpreter `python3` from PATH resolves to, passed to cells as `$PYTHON`: a version
+/// manager's shim (pyenv) costs a dozen processes and file reads per start, which on a crowded
+/// machine can stall a server's start longer than the tests' one-second windows.
+pub(crate) fn python() -> &'static str {
+    static PYTHON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let out = std::process::Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("python3 on PATH");
+        let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if path.is_empty() || path.contains(char::is_whitespace) {
+            "python3".to_owned()
+        } else {
+            path
+        }
+    })
+}
