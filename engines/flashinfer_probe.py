@@ -347,13 +347,15 @@ def serve(port):
                 except Exception as err:  # noqa: BLE001: mid-stream errors go to the client
                     traceback.print_exc()
                     event(json.dumps({"error": {"message": str(err)}}).encode())
+                # Said before the stream ends: a client that has its whole answer may stop this
+                # server at once, and the log should still say what was served.
+                say(f"completion: {count} tokens streamed in {time.time() - start:.3f}s")
                 event(json.dumps({"object": "text_completion", "choices": [],
                                   "usage": {"completion_tokens": count}}).encode())
                 event(b"[DONE]")
             except (BrokenPipeError, ConnectionResetError):
                 say(f"completion: client went away after {count} tokens")
                 return
-            say(f"completion: {count} tokens streamed in {time.time() - start:.3f}s")
 
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     say(f"serving on 127.0.0.1:{port}")
