@@ -2,7 +2,7 @@
 //! project recorded on real GPUs (reports/) through the whole pipeline, labelled as a replay, and
 //! must reach the recorded verdicts by itself.
 
-use crate::util::{Sandbox, gpucompat, records, repo_root};
+use crate::util::{Sandbox, records, repo_root, run_in};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -47,8 +47,7 @@ fn replay(sandbox: &Sandbox, root: &Path, recorded: &str, out: &Path) -> std::pr
             root.display()
         ),
     );
-    gpucompat()
-        .arg("run")
+    run_in(sandbox)
         .arg(&matrix)
         .arg("--out")
         .arg(out)
@@ -66,9 +65,9 @@ fn the_demo_replays_every_recorded_gpu_run_to_its_recorded_verdict() {
     );
     let sandbox = Sandbox::new();
     let out = sandbox.path().join("demo");
-    let run = gpucompat()
+    let run = run_in(&sandbox)
         .current_dir(repo_root())
-        .args(["run", "matrices/demo.toml", "--out"])
+        .args(["matrices/demo.toml", "--out"])
         .arg(&out)
         .args(["--jobs", "4"])
         .output()
@@ -154,8 +153,7 @@ fn a_live_run_is_not_labelled_a_replay() {
     let sandbox = Sandbox::new();
     let matrix = sandbox.file("m.toml", "[matrix]\nx = [1]\n[job]\ncommand = \"true\"\n");
     let out = sandbox.path().join("run");
-    gpucompat()
-        .args(["run"])
+    run_in(&sandbox)
         .arg(&matrix)
         .arg("--out")
         .arg(&out)

@@ -2,7 +2,7 @@
 //! the real launch flags, print the real log lines and answer the real routes (their wheels are
 //! too big for CI; see tests/fixtures/engines/standin.py).
 
-use crate::util::{Sandbox, gpucompat, python, records, repo_root};
+use crate::util::{Sandbox, gpucompat, python, records, repo_root, run_in};
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -44,8 +44,8 @@ fn sglang_vllm_and_ktransformers_launch_get_ready_and_answer() {
     let sandbox = Sandbox::new();
     let matrix = sandbox.file("m.toml", MATRIX);
     let out = sandbox.path().join("run");
-    let run = gpucompat()
-        .args(["run", "--grace", "1s", "--out"])
+    let run = run_in(&sandbox)
+        .args(["--grace", "1s", "--out"])
         .arg(&out)
         .arg(&matrix)
         .env("PATH", path_with_stand_ins())
@@ -162,8 +162,8 @@ fn a_servers_own_error_answer_names_the_failure() {
             "engine = \"sglang\"\n[matrix]\nfi = [\"0.6.3\"]\n[server]\nmodel = \"m\"\nready-timeout = \"60s\"\nno-progress = \"30s\"\n",
         );
         let out = sandbox.path().join("run");
-        let run = gpucompat()
-            .args(["run", "--grace", "1s", "--out"])
+        let run = run_in(&sandbox)
+            .args(["--grace", "1s", "--out"])
             .arg(&out)
             .arg(&matrix)
             .env("PATH", path_with_stand_ins())

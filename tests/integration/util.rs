@@ -9,6 +9,21 @@ pub(crate) fn gpucompat() -> Command {
     assert_cmd::cargo::cargo_bin_cmd!("gpucompat")
 }
 
+/// `gpucompat run` kept inside `sandbox`: its JIT caches under the sandbox (not the user's cache,
+/// which parallel tests would share) and an inventory without GPUs (not the host's, whatever it
+/// has). Options and the matrix follow.
+pub(crate) fn run_in(sandbox: &Sandbox) -> Command {
+    let inventory = sandbox.file("no-gpus.toml", "host = \"test-host\"\n");
+    let mut command = gpucompat();
+    command
+        .arg("run")
+        .arg("--cache-dir")
+        .arg(sandbox.path().join("cache"))
+        .arg("--inventory")
+        .arg(inventory);
+    command
+}
+
 /// A temporary folder that files can be written into; removed when dropped.
 pub(crate) struct Sandbox {
     dir: tempfile::TempDir,
