@@ -50,15 +50,15 @@ pub fn holder(port: u16, selector: &Selector) -> Holder {
     {
         return Holder::Cell;
     }
-    let mut holders: Vec<(i32, u64)> = Vec::new();
-    for pid in procfs::all_pids() {
-        for inode in held(pid, &inodes) {
-            holders.push((pid, inode));
-        }
-    }
+    // Every process holding one of the sockets, with the ones it holds.
+    let holders: Vec<(i32, Vec<u64>)> = procfs::all_pids()
+        .into_iter()
+        .map(|pid| (pid, held(pid, &inodes)))
+        .filter(|(_, held)| !held.is_empty())
+        .collect();
     if inodes
         .iter()
-        .any(|inode| !holders.iter().any(|(_, held)| held == inode))
+        .any(|inode| !holders.iter().any(|(_, held)| held.contains(inode)))
     {
         return Holder::Unseen;
     }
@@ -143,8 +143,7 @@ fn held(pid: i32, inodes: &[u64]) -> Vec<u64> {
     let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
         return Vec::new();
     };
-    let mut found: Vec<u64> = fds
-        .filter_map(Result::ok)
+    fds.filter_map(Result::ok)
         .filter_map(|fd| {
             let target = fs::read_link(fd.path()).ok()?;
             target
@@ -155,9 +154,7 @@ fn held(pid: i32, inodes: &[u64]) -> Vec<u64> {
                 .ok()
                 .filter(|inode| inodes.contains(inode))
         })
-        .collect();
-    found.dedup();
-    found
+        .collect()
 }
 
 /// Whether `pid` holds one of these sockets open.
