@@ -6,6 +6,7 @@
 //!   include/exclude rules, `load` validates everything into a [`matrix::Plan`] of cells. No I/O
 //!   besides reading the file.
 //! - [`diag`]: renders problems in files as `--> file:line:col` with a caret.
+//! - [`digest`]: short sha256 hex names (cache folders, environments, ids).
 //! - [`signature`]: the root-cause taxonomy shared by everything below.
 //! - [`record`]: one line of `results.jsonl`, the stable output format, and the run manifest.
 //! - [`inventory`]: the host's GPUs (declared or from `nvidia-smi`) and arch matching.
@@ -28,6 +29,7 @@ pub mod classify;
 pub mod cli;
 pub mod compare;
 pub mod diag;
+pub mod digest;
 pub mod engines;
 pub mod errors;
 pub mod exec;

@@ -11,12 +11,12 @@
 //! needs the environment wipes it and starts again. Installers run as cell processes (their own
 //! process group, torn down on Ctrl-C, killed by the reaper if the harness dies).
 
+use crate::digest::sha256_hex;
 use crate::exec::process::{self, CellCommand, SharedLog};
 use crate::exec::reaper::Reaper;
 use crate::matrix::{Cell, Pin, Plan, PythonEnv};
 use nix::fcntl::{Flock, FlockArg};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -170,10 +170,7 @@ impl EnvSpec {
     /// A stable name for the environment: 16 hex digits of the sha256 of its spec.
     pub fn hash(&self) -> String {
         let canonical = serde_json::to_vec(self).unwrap_or_default();
-        Sha256::digest(&canonical)[..8]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        sha256_hex(&canonical, 8)
     }
 
     /// The shell commands that create the environment in `dir`. The cell's pins go *over* the

@@ -74,9 +74,7 @@ pub const PROBE_ENV: &str = "GPUCOMPAT_PROBE";
 /// written to a temporary name and renamed, so concurrent cells never read half a file) and
 /// returns its path.
 pub fn write_probe(dir: &Path) -> std::io::Result<PathBuf> {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(PROBE_SOURCE.as_bytes());
-    let hash: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    let hash = crate::digest::sha256_hex(PROBE_SOURCE.as_bytes(), 6);
     let path = dir.join(format!("flashinfer_probe-{hash}.py"));
     if std::fs::read(&path).is_ok_and(|text| text == PROBE_SOURCE.as_bytes()) {
         return Ok(path);

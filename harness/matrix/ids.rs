@@ -22,9 +22,9 @@
 //! a new id: the old cells no longer exist (a run folder keyed by the old ids reads as a new
 //! matrix), which is also what GitHub does with its job names.
 
+use crate::digest::sha256_hex;
 use crate::record::Values;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -215,8 +215,7 @@ fn push_sanitized(id: &mut String, text: &str) -> bool {
 fn short_hash(values: &[(&str, &Value)]) -> String {
     let sorted: std::collections::BTreeMap<&str, &Value> = values.iter().copied().collect();
     let canonical = serde_json::to_string(&sorted).unwrap_or_default();
-    let digest = Sha256::digest(canonical.as_bytes());
-    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+    sha256_hex(canonical.as_bytes(), 4)
 }
 
 #[cfg(test)]

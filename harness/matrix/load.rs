@@ -13,11 +13,11 @@ use super::raw::{self, RawFile, RawMatrix, Sp, Span, did_you_mean};
 use super::template::{Template, field, value_text};
 use super::{gpus, ids};
 use crate::diag::{self, Diagnostic};
+use crate::digest::sha256_hex;
 use crate::matrix::plan::*;
 use crate::record::{ExpectationRef, Values};
 use pep440_rs::{Version, VersionSpecifiers};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -347,7 +347,7 @@ fn build(
     Some(Plan {
         path: path.to_path_buf(),
         dir: dir.to_path_buf(),
-        file_hash: hex(&Sha256::digest(text.as_bytes())),
+        file_hash: sha256_hex(text.as_bytes(), 32),
         name: raw.name.clone(),
         description: raw.description.clone(),
         replay: raw.replay,
@@ -406,10 +406,6 @@ fn exclude_counts(axes: &[expand::Axis], exclude: &[expand::Entry]) -> Vec<u128>
             }
         })
         .collect()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Where a template may use the runner's placeholders.

@@ -4,8 +4,8 @@
 //! Everything read from a run folder is data, possibly hostile: ids, values, log lines and links
 //! pass through here before any format sees them.
 
+use crate::digest::sha256_hex;
 use crate::record::Status;
-use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::path::{Component, Path, PathBuf};
 
@@ -88,8 +88,7 @@ pub(crate) fn file_stem(id: &str) -> String {
         .collect();
     let stem_trimmed = stem.trim_start_matches('.').to_owned();
     stem = stem_trimmed;
-    let hash = Sha256::digest(id.as_bytes());
-    let hex: String = hash[..6].iter().map(|b| format!("{b:02x}")).collect();
+    let hex = sha256_hex(id.as_bytes(), 6);
     format!("{stem}-{hex}")
 }
 

@@ -9,6 +9,7 @@ use super::outcome::{self, LastAttempt};
 use super::port;
 use super::server::{self, Request};
 use crate::classify::{Classification, Classifier, Evidence, Verdict};
+use crate::digest::sha256_hex;
 use crate::engines::{self, ResolvedServer};
 use crate::exec::listeners::{self, Holder};
 use crate::exec::logsink::{LogLimits, LogSink};
@@ -21,7 +22,6 @@ use crate::provision::{self, EnvSpec, ProvisionError};
 use crate::record::{CellRecord, Exit, FORMAT_VERSION, GpuInfo, Metrics, Phase, Runner, Status};
 use crate::signature::Signature;
 use crate::watchdog::{GpuActivity, Idle, Watchdog};
-use sha2::{Digest, Sha256};
 use std::future::Future;
 use std::path::PathBuf;
 use std::process::ExitStatus;
@@ -273,10 +273,10 @@ fn jit_dir(shared: &Shared, cell: &Cell, gpus: &[GpuInfo], attempt: u32) -> Path
                     Some(format!("{name}={value}"))
                 })
                 .collect();
-            let digest = Sha256::digest(
+            let hash = sha256_hex(
                 format!("{}\n{archs}\n{}", cell.pins_text(), targets.join("\n")).as_bytes(),
+                6,
             );
-            let hash: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
             shared
                 .cache_root
                 .join("jit")

@@ -19,6 +19,7 @@ pub mod server;
 pub mod slots;
 
 use crate::classify::Classifier;
+use crate::digest::sha256_hex;
 use crate::exec::logsink::LogLimits;
 use crate::exec::reaper::Reaper;
 use crate::inventory::Inventory;
@@ -29,7 +30,6 @@ use crate::watchdog::GpuActivity;
 use cell::{CellEnd, Shared};
 use folder::{FolderError, RunFolder};
 use progress::Reporter;
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -108,10 +108,7 @@ fn run_token(host: &str) -> String {
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default()
     );
-    Sha256::digest(seed.as_bytes())[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    sha256_hex(seed.as_bytes(), 8)
 }
 
 /// Picks the cells to run: all, or those named with `--cell`.
