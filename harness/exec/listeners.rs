@@ -7,7 +7,9 @@
 //! so it is only named, never blamed: a good cell must not become an error on a guess.
 
 use super::procfs::{self, CELL_TOKEN_VAR, Selector};
-use std::fs;
+use ::procfs::net::{TcpNetEntry, TcpState};
+use ::procfs::process::{FDTarget, Process};
+use std::net::{IpAddr, Ipv4Addr};
 
 /// Who holds a port.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,9 +68,7 @@ pub fn holder(port: u16, selector: &Selector) -> Holder {
         .iter()
         .filter_map(|&(pid, _)| {
             let info = procfs::read_stat(pid)?;
-            let command = fs::read_to_string(format!("/proc/{pid}/comm"))
-                .map(|c| c.trim_end().to_owned())
-                .unwrap_or_default();
+            let command = procfs::command_name(pid).unwrap_or_default();
             // Not found by the selector, so a cell token it carries is another cell's.
             Some(if procfs::environ_value(pid, CELL_TOKEN_VAR).is_some() {
                 Holder::OtherCell { pid, command }
@@ -95,64 +95,50 @@ pub fn holder(port: u16, selector: &Selector) -> Holder {
 /// Inodes of the sockets listening on `port` that accept connections to 127.0.0.1, over IPv4
 /// and IPv6.
 fn listening_inodes(port: u16) -> Vec<u64> {
-    ["/proc/net/tcp", "/proc/net/tcp6"]
-        .iter()
-        .filter_map(|table| fs::read_to_string(table).ok())
-        .flat_map(|table| parse_listeners(&table, port))
+    [::procfs::net::tcp(), ::procfs::net::tcp6()]
+        .into_iter()
+        .filter_map(Result::ok)
+        .flat_map(|table| listeners_in(&table, port))
         .collect()
 }
 
-/// Local addresses, as `/proc/net/tcp{,6}` writes them (each 32-bit word in host order, here
-/// little-endian), that accept a connection to 127.0.0.1: 127.0.0.1, 0.0.0.0, `::`,
-/// `::ffff:127.0.0.1` and `::ffff:0.0.0.0`.
-const LOOPBACK_REACHABLE: [&str; 5] = [
-    "0100007F",
-    "00000000",
-    "00000000000000000000000000000000",
-    "0000000000000000FFFF00000100007F",
-    "0000000000000000FFFF000000000000",
-];
+/// Whether a socket bound to `address` accepts a connection to 127.0.0.1: bound to it, to every
+/// IPv4 address, to every IPv6 address (dual stack), or to their IPv4-mapped forms.
+fn reachable_at_loopback(address: IpAddr) -> bool {
+    let v4 = match address {
+        IpAddr::V4(v4) => v4,
+        IpAddr::V6(v6) if v6.is_unspecified() => return true,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4,
+            None => return false,
+        },
+    };
+    v4 == Ipv4Addr::LOCALHOST || v4.is_unspecified()
+}
 
-/// The inodes of `LISTEN` sockets on `port` reachable at 127.0.0.1 in one `/proc/net/tcp`-style
-/// table (proc(5)): after a header line, `sl local_address rem_address st ... uid timeout inode`,
-/// addresses as `HEXADDR:HEXPORT`, state `0A` for listening.
-fn parse_listeners(table: &str, port: u16) -> Vec<u64> {
-    const LISTEN: &str = "0A";
+/// The inodes of `LISTEN` sockets on `port` reachable at 127.0.0.1 in one socket table.
+fn listeners_in(table: &[TcpNetEntry], port: u16) -> Vec<u64> {
     table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (address, local_port) = fields.get(1)?.rsplit_once(':')?;
-            let listening = *fields.get(3)? == LISTEN;
-            let inode: u64 = fields.get(9)?.parse().ok()?;
-            let reachable = LOOPBACK_REACHABLE
-                .iter()
-                .any(|a| a.eq_ignore_ascii_case(address));
-            (listening
-                && reachable
-                && inode != 0
-                && u16::from_str_radix(local_port, 16).ok()? == port)
-                .then_some(inode)
+        .iter()
+        .filter(|entry| {
+            entry.state == TcpState::Listen
+                && entry.inode != 0
+                && entry.local_address.port() == port
+                && reachable_at_loopback(entry.local_address.ip())
         })
+        .map(|entry| entry.inode)
         .collect()
 }
 
 /// Which of these sockets `pid` holds open (`/proc/<pid>/fd/N -> socket:[INODE]`).
 fn held(pid: i32, inodes: &[u64]) -> Vec<u64> {
-    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+    let Ok(fds) = Process::new(pid).and_then(|p| p.fd()) else {
         return Vec::new();
     };
     fds.filter_map(Result::ok)
-        .filter_map(|fd| {
-            let target = fs::read_link(fd.path()).ok()?;
-            target
-                .to_str()?
-                .strip_prefix("socket:[")?
-                .strip_suffix(']')?
-                .parse::<u64>()
-                .ok()
-                .filter(|inode| inodes.contains(inode))
+        .filter_map(|fd| match fd.target {
+            FDTarget::Socket(inode) if inodes.contains(&inode) => Some(inode),
+            _ => None,
         })
         .collect()
 }
@@ -168,6 +154,14 @@ mod tests {
     use std::io::{BufRead, BufReader};
     use std::os::unix::process::CommandExt;
     use std::process::{Child, Command, Stdio};
+
+    /// The listeners on `port` in a `/proc/net/tcp`-style table (proc(5)), parsed as the host's are.
+    fn parse_listeners(table: &str, port: u16) -> Vec<u64> {
+        use ::procfs::FromReadSI;
+        ::procfs::net::TcpNetEntries::from_read(table.as_bytes(), ::procfs::current_system_info())
+            .map(|entries| listeners_in(&entries.0, port))
+            .unwrap_or_default()
+    }
 
     #[test]
     fn parses_listening_sockets_reachable_at_loopback() {

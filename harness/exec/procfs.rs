@@ -9,9 +9,11 @@
 //! the cell, since no older one can be its descendant. On a host with a thousand processes that
 //! is the difference between a millisecond and tens of milliseconds per scan.
 
+use ::procfs::FromRead;
+use ::procfs::process::{Process, Stat};
 use std::collections::HashMap;
-use std::fs;
-use std::io::Read;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStringExt;
 
 /// The environment variable every process of a run carries (value: the run token).
 pub const RUN_TOKEN_VAR: &str = "GPUCOMPAT_RUN_TOKEN";
@@ -73,67 +75,62 @@ impl Selector {
     }
 }
 
-/// Parses `/proc/<pid>/stat`. The command name may hold spaces and parentheses, so fields are
-/// counted from the last `)`.
+/// Parses a `/proc/<pid>/stat` line (the `procfs` crate counts fields from the last `)`, since the
+/// command name may hold spaces and parentheses).
 pub fn parse_stat(text: &str) -> Option<ProcInfo> {
-    let open = text.find('(')?;
-    let close = text.rfind(')')?;
-    let pid = text[..open].trim().parse().ok()?;
-    let fields: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
-    // fields[0] is field 3 of proc(5): state; utime is field 14, so index 11; starttime is
-    // field 22, index 19.
-    let number = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
-    Some(ProcInfo {
-        pid,
-        state: fields.first()?.chars().next()?,
-        ppid: fields.get(1)?.parse().ok()?,
-        pgid: fields.get(2)?.parse().ok()?,
-        cpu_ticks: number(11)? + number(12)? + number(13)? + number(14)?,
-        start_ticks: number(19)?,
-    })
+    Stat::from_read(text.as_bytes())
+        .ok()
+        .map(|stat| info(&stat))
 }
 
-pub(super) fn read_stat(pid: i32) -> Option<ProcInfo> {
-    // One open and one read into a buffer on the stack: this runs for every process of the host
-    // on every scan. A stat line is a few hundred bytes; the name in it is at most 64.
-    let mut file = fs::File::open(format!("/proc/{pid}/stat")).ok()?;
-    let mut buf = [0u8; 2048];
-    let mut len = 0;
-    while len < buf.len() {
-        match file.read(&mut buf[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(_) => return None,
-        }
+fn info(stat: &Stat) -> ProcInfo {
+    // Children's times are signed in the kernel's interface but never negative in practice.
+    let children = |ticks: i64| u64::try_from(ticks).unwrap_or(0);
+    ProcInfo {
+        pid: stat.pid,
+        ppid: stat.ppid,
+        pgid: stat.pgrp,
+        cpu_ticks: stat.utime + stat.stime + children(stat.cutime) + children(stat.cstime),
+        state: stat.state,
+        start_ticks: stat.starttime,
     }
-    parse_stat(&String::from_utf8_lossy(&buf[..len]))
+}
+
+/// This runs for every process of the host on every scan: one `stat` read each.
+pub(super) fn read_stat(pid: i32) -> Option<ProcInfo> {
+    Process::new(pid).ok()?.stat().ok().map(|stat| info(&stat))
+}
+
+/// The process's command name (`/proc/<pid>/comm`, at most 15 bytes), if readable.
+pub(super) fn command_name(pid: i32) -> Option<String> {
+    Some(Process::new(pid).ok()?.stat().ok()?.comm)
 }
 
 /// The value of `name` in the environment `pid` started with, if it is there and readable.
 pub(super) fn environ_value(pid: i32, name: &str) -> Option<Vec<u8>> {
-    let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
-    environ.split(|b| *b == 0).find_map(|entry| {
-        entry
-            .strip_prefix(name.as_bytes())
-            .and_then(|rest| rest.strip_prefix(b"="))
-            .map(<[u8]>::to_vec)
-    })
+    let mut environ = Process::new(pid).ok()?.environ().ok()?;
+    environ
+        .remove(OsStr::new(name))
+        .map(|value| value.into_vec())
 }
 
+/// Whether the environment of `pid` holds `marker` (`NAME=value`) exactly.
 fn environ_has(pid: i32, marker: &[u8]) -> bool {
-    let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else {
+    let Some(eq) = marker.iter().position(|b| *b == b'=') else {
         return false;
     };
-    environ.split(|b| *b == 0).any(|entry| entry == marker)
+    let (name, value) = (&marker[..eq], &marker[eq + 1..]);
+    std::str::from_utf8(name)
+        .ok()
+        .and_then(|name| environ_value(pid, name))
+        .is_some_and(|found| found == value)
 }
 
+/// Every process id on the host.
 pub(super) fn all_pids() -> Vec<i32> {
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect()
+    ::procfs::process::all_processes()
+        .map(|procs| procs.filter_map(|p| Some(p.ok()?.pid())).collect())
+        .unwrap_or_default()
 }
 
 /// Every process the selector matches, zombies included, except this one.
@@ -168,8 +165,7 @@ pub fn find_alive(selector: &Selector) -> Vec<ProcInfo> {
 /// `/proc/<pid>/schedstat`; `None` where the kernel does not keep it). On a crowded machine a
 /// process that wants the CPU and does not get it uses no CPU time, yet it is not idle.
 pub fn runqueue_wait_ticks(pid: i32) -> Option<u64> {
-    let text = fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
-    let waited_ns: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
+    let waited_ns = Process::new(pid).ok()?.schedstat().ok()?.run_delay;
     Some(waited_ns / (1_000_000_000 / TICKS_PER_SECOND))
 }
 
@@ -211,8 +207,12 @@ mod tests {
 
     #[test]
     fn parses_stat_with_awkward_names() {
+        // All 52 fields, as a 6.x kernel writes them.
         let line = "4242 (python3 (worker) 1) S 4000 4100 4100 0 -1 4194560 100 0 0 0 \
-                    250 30 7 3 20 0 4 0 98765 1000 50";
+                    250 30 7 3 20 0 4 0 98765 3133440 362 18446744073709551615 \
+                    94161103368192 94161103388073 140725070701536 0 0 0 0 0 0 0 0 0 17 0 0 0 \
+                    0 0 0 94161103404080 94161103405696 94161510965248 140725070707425 \
+                    140725070707445 140725070707445 140725070708715 0";
         let info = parse_stat(line).expect("parse");
         assert_eq!(info.pid, 4242);
         assert_eq!(info.ppid, 4000);
