@@ -1,4 +1,4 @@
-//! One line of `results.jsonl`: what happened to one cell (DESIGN.md "Contract").
+//! One line of `results.jsonl`: what happened to one cell (docs/results.md).
 //!
 //! This is the project's stable output format: reports, comparisons, bisection and outside tools
 //! read it. Fields are only ever added; `format_version` says which shape a line has.

@@ -1,4 +1,4 @@
-//! The root-cause taxonomy: one name per class of failure (DESIGN.md "Signatures").
+//! The root-cause taxonomy: one name per class of failure (docs/signatures.md).
 //!
 //! A signature names the *first fatal* failure of a cell. It is shared by the classifier (which
 //! produces it), the run records (which store it), expectations (which match on it) and reports.
@@ -30,7 +30,7 @@ pub enum Signature {
 }
 
 impl Signature {
-    /// Every signature, in the order DESIGN.md lists them.
+    /// Every signature, in the order docs/signatures.md lists them.
     pub const ALL: [Signature; 16] = [
         Signature::IllegalAddress,
         Signature::MisalignedAddress,

@@ -1,5 +1,5 @@
 //! Failure classification: name the root cause of a failed cell from its log and how it ended
-//! (DESIGN.md "Signatures").
+//! (docs/signatures.md).
 //!
 //! Brief overview:
 //! - `rules.toml` is the one table of what log lines mean: pattern, signature, precedence,
