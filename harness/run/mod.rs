@@ -1,10 +1,10 @@
 //! `gpucompat run`: every cell of a plan, concurrently on the right GPUs, into a run folder.
 //!
 //! - [`folder`]: the run folder (results, logs, plan, manifest, lock) and resuming it.
-//! - [`cell`]: one cell's lifecycle: launch, ready, infer, validate, teardown, retries.
-//! - [`server`]: readiness, the completion request and answer validation over loopback HTTP.
-//! - [`outcome`]: the table from attempts and expectations to a status.
-//! - [`progress`]: the live display and the per-cell lines.
+//! - `cell`: one cell's lifecycle: launch, ready, infer, validate, teardown, retries.
+//! - `server`: readiness, the completion request and answer validation over loopback HTTP.
+//! - `outcome`: the table from attempts and expectations to a status.
+//! - `progress`: the live display and the per-cell lines.
 //!
 //! The dispatcher here is the single owner of the run folder: cells report back through their
 //! task's result and only this loop appends to `results.jsonl`, so records never interleave.

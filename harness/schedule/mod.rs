@@ -8,14 +8,14 @@
 //! cell that cannot start reserves the free GPUs it could use, so a stream of single-GPU cells
 //! cannot starve a multi-GPU one.
 //!
-//! - [`slots`]: which GPUs are free and which a cell gets.
-//! - [`jobs`]: the one place a plan's cells become jobs (with the durations of an earlier run).
+//! - `slots`: which GPUs are free and which a cell gets.
+//! - `plan_jobs`: the one place a plan's cells become jobs (with the durations of an earlier run).
 
-pub mod jobs;
+mod plan_jobs;
 pub(crate) mod slots;
 
 use crate::record::GpuInfo;
-pub use jobs::{DurationsError, jobs, read_durations};
+pub use plan_jobs::{DurationsError, jobs, read_durations};
 use slots::Slots;
 use std::collections::{BTreeMap, HashMap};
 

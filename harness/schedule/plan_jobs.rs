@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// Cells with the same group share an environment and a JIT cache: the pins, the base
 /// requirement file and the GPU archs.
-pub fn environment_group(plan: &Plan, index: usize) -> String {
+pub(crate) fn environment_group(plan: &Plan, index: usize) -> String {
     let cell = &plan.cells[index];
     format!(
         "{}|{}|{}",
