@@ -11,7 +11,7 @@ use gpucompat::matrix;
 use gpucompat::provision::{self, EnvSpec};
 use gpucompat::record::GpuInfo;
 use gpucompat::run::{self, RunOptions};
-use gpucompat::schedule::{self, Job};
+use gpucompat::schedule;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -88,17 +88,7 @@ fn bench() -> Result<(), String> {
             (c.id.to_string(), seconds)
         })
         .collect();
-    let jobs: Vec<Job> = plan
-        .cells
-        .iter()
-        .enumerate()
-        .map(|(index, c)| Job {
-            index,
-            gpus: c.gpus.clone(),
-            group: run::environment_group(&plan, index),
-            duration: durations.get(c.id.as_str()).copied(),
-        })
-        .collect();
+    let jobs = schedule::jobs(&plan, 0..plan.cells.len(), &durations);
     let sim = schedule::simulate(jobs, gpus.clone(), gpus.len(), 1.0);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

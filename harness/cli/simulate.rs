@@ -5,9 +5,7 @@
 use crate::errors::CliError;
 use crate::inventory;
 use crate::matrix::{Plan, gpus};
-use crate::run::{environment_group, folder};
-use crate::schedule::{self, Job};
-use std::collections::HashMap;
+use crate::schedule::{self, slots::Slots};
 use std::path::Path;
 use std::time::Duration;
 
@@ -19,67 +17,6 @@ pub(crate) struct SimulateArgs<'a> {
     pub jobs: Option<usize>,
     pub default: Option<Duration>,
     pub json: bool,
-}
-
-/// Expected seconds per cell id: a CSV with `id` and `duration_s` columns, a `results.jsonl`,
-/// or a run folder (its `results.jsonl`).
-fn read_durations(path: &Path) -> Result<HashMap<String, f64>, CliError> {
-    let results = if path.is_dir() {
-        Some(path.join(folder::RESULTS))
-    } else if path.extension().is_some_and(|e| e == "jsonl") {
-        Some(path.to_path_buf())
-    } else {
-        None
-    };
-    if let Some(results) = results {
-        let records = folder::read_results(&results, false).map_err(CliError::input)?;
-        return Ok(records
-            .into_iter()
-            .filter(|(_, r)| r.attempts > 0)
-            .map(|(id, r)| (id, r.duration_s))
-            .collect());
-    }
-    let mut reader = csv::Reader::from_path(path).map_err(|e| {
-        CliError::input(anyhow::anyhow!(
-            "cannot read durations `{}`: {e}",
-            path.display()
-        ))
-    })?;
-    let headers = reader
-        .headers()
-        .map_err(|e| CliError::input(anyhow::anyhow!("`{}`: {e}", path.display())))?
-        .clone();
-    let column = |names: &[&str]| headers.iter().position(|h| names.contains(&h.trim()));
-    let (Some(id_col), Some(seconds_col)) = (
-        column(&["id", "cell"]),
-        column(&["duration_s", "seconds", "duration"]),
-    ) else {
-        return Err(CliError::input(anyhow::anyhow!(
-            "`{}` needs a header with `id` and `duration_s` columns (found: {})",
-            path.display(),
-            headers.iter().collect::<Vec<_>>().join(", ")
-        )));
-    };
-    let mut durations = HashMap::new();
-    for (line, row) in reader.records().enumerate() {
-        let row = row.map_err(|e| CliError::input(anyhow::anyhow!("`{}`: {e}", path.display())))?;
-        let id = row.get(id_col).unwrap_or_default().trim().to_owned();
-        let text = row.get(seconds_col).unwrap_or_default().trim();
-        let seconds: f64 = text
-            .parse()
-            .ok()
-            // Up to a year: anything longer is a typo (milliseconds for seconds), not a cell.
-            .filter(|s: &f64| s.is_finite() && (0.0..=31_536_000.0).contains(s))
-            .ok_or_else(|| {
-                CliError::input(anyhow::anyhow!(
-                    "`{}` line {}: `{text}` is not a number of seconds (0 to one year)",
-                    path.display(),
-                    line + 2
-                ))
-            })?;
-        durations.insert(id, seconds);
-    }
-    Ok(durations)
 }
 
 fn median(values: &mut [f64]) -> Option<f64> {
@@ -95,8 +32,8 @@ pub(crate) fn run(plan: &Plan, args: &SimulateArgs<'_>) -> Result<String, CliErr
         Some(path) => inventory::load(path).map_err(CliError::input)?,
         None => inventory::detect(),
     };
-    let durations = read_durations(args.durations)?;
-    let slots = crate::run::slots::Slots::new(inventory.gpus.clone());
+    let durations = schedule::read_durations(args.durations).map_err(CliError::input)?;
+    let slots = Slots::new(inventory.gpus.clone());
     let mut known: Vec<f64> = plan
         .cells
         .iter()
@@ -109,17 +46,7 @@ pub(crate) fn run(plan: &Plan, args: &SimulateArgs<'_>) -> Result<String, CliErr
         .map(|d| d.as_secs_f64())
         .or_else(|| median(&mut known))
         .unwrap_or(60.0);
-    let jobs: Vec<Job> = (0..plan.cells.len())
-        .map(|index| {
-            let cell = &plan.cells[index];
-            Job {
-                index,
-                gpus: cell.gpus.clone(),
-                group: environment_group(plan, index),
-                duration: durations.get(cell.id.as_str()).copied(),
-            }
-        })
-        .collect();
+    let jobs = schedule::jobs(plan, 0..plan.cells.len(), &durations);
     let limit = args
         .jobs
         .unwrap_or_else(|| inventory.gpus.len().max(1))

@@ -62,6 +62,9 @@ pub struct LogSink {
     dropped_notes: Vec<Vec<u8>>,
     omitted_bytes: u64,
     omitted_lines: u64,
+    /// The first write that failed (a full disk, say): kept so that [`LogSink::finish`] reports
+    /// it. The log is then incomplete and must not be read as the cell's output.
+    failed: Option<io::Error>,
     /// Bytes the cell has printed; the watchdog reads it as a sign of progress.
     output: Arc<AtomicU64>,
     hooks: Vec<LineHook>,
@@ -88,6 +91,7 @@ impl LogSink {
             dropped_notes: Vec::new(),
             omitted_bytes: 0,
             omitted_lines: 0,
+            failed: None,
             output: Arc::new(AtomicU64::new(0)),
             hooks: Vec::new(),
         })
@@ -111,11 +115,12 @@ impl LogSink {
             return;
         }
         // Notes are few and small: they may overshoot the head limit, they never go missing.
-        let _ = self
+        let written = self
             .out
             .write_all(line.as_bytes())
-            .and_then(|()| self.out.write_all(b"\n"));
-        let _ = self.out.flush();
+            .and_then(|()| self.out.write_all(b"\n"))
+            .and_then(|()| self.out.flush());
+        self.keep_error(written);
         self.written += line.len() as u64 + 1;
     }
 
@@ -132,10 +137,11 @@ impl LogSink {
         }
         let size = line.len() as u64 + 1;
         if !self.spilled && self.written + size <= self.limits.head {
-            let _ = self
+            let written = self
                 .out
                 .write_all(line)
                 .and_then(|()| self.out.write_all(b"\n"));
+            self.keep_error(written);
             self.written += size;
             return;
         }
@@ -158,16 +164,41 @@ impl LogSink {
 
     /// Flushes what is buffered so a reader sees it (called after each chunk of output).
     pub fn flush(&mut self) {
-        let _ = self.out.flush();
+        let flushed = self.out.flush();
+        self.keep_error(flushed);
     }
 
-    /// Writes the kept tail (after a marker if anything was dropped) and closes the file.
+    /// Remembers the first failed write; writing goes on (a later write may succeed, and the
+    /// cell must not be stopped by its log), but the log is known to be incomplete.
+    fn keep_error(&mut self, result: io::Result<()>) {
+        if let (Err(err), None) = (result, &self.failed) {
+            self.failed = Some(err);
+        }
+    }
+
+    /// Writes the kept tail (after a marker if anything was dropped) and closes the file. An
+    /// earlier write that failed is reported here: the log on disk is not the whole story.
     pub fn finish(mut self) -> io::Result<()> {
+        self.close()
+    }
+
+    /// [`LogSink::finish`] through a shared handle (an output drain that outlived teardown may
+    /// still hold one).
+    pub fn close(&mut self) -> io::Result<()> {
+        let written = self.write_tail();
+        match self.failed.take() {
+            Some(err) => Err(err),
+            None => written,
+        }
+    }
+
+    fn write_tail(&mut self) -> io::Result<()> {
         if self.omitted_bytes > 0 {
             let marker = format!(
                 "{NOTE_PREFIX} log limit reached: {} lines ({} bytes) omitted here; the last {} bytes follow\n",
                 self.omitted_lines, self.omitted_bytes, self.tail_bytes
             );
+            self.omitted_bytes = 0;
             self.out.write_all(marker.as_bytes())?;
         }
         let notes = std::mem::take(&mut self.dropped_notes);
@@ -228,9 +259,28 @@ fn emit_capped(line: &[u8], emit: &mut impl FnMut(&[u8])) {
     }
 }
 
+/// Whether a log write failed because the disk (or the quota) is full.
+pub fn is_disk_full(err: &io::Error) -> bool {
+    matches!(
+        err.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_disk_is_reported_by_finish_even_when_only_output_failed() {
+        // `/dev/full` takes the open and fails every write with ENOSPC.
+        let mut sink =
+            LogSink::create(Path::new("/dev/full"), LogLimits::default()).expect("open /dev/full");
+        sink.line(b"some output");
+        sink.flush();
+        let err = sink.finish().expect_err("writes to /dev/full fail");
+        assert!(is_disk_full(&err), "{err:?}");
+    }
 
     #[test]
     fn splits_lines_across_chunks_and_caps_length() {

@@ -1,31 +1,29 @@
 //! `gpucompat run`: every cell of a plan, concurrently on the right GPUs, into a run folder.
 //!
 //! - [`folder`]: the run folder (results, logs, plan, manifest, lock) and resuming it.
-//! - [`slots`]: which GPUs are free and which a cell gets.
-//! - [`cell`]: one cell's lifecycle: launch, ready, infer, validate, teardown, retries.
-//! - [`server`]: readiness, the completion request and answer validation over loopback HTTP.
-//! - [`outcome`]: the table from attempts and expectations to a status.
-//! - [`progress`]: the live display and the per-cell lines.
+//! - `cell`: one cell's lifecycle: launch, ready, infer, validate, teardown, retries.
+//! - `server`: readiness, the completion request and answer validation over loopback HTTP.
+//! - `outcome`: the table from attempts and expectations to a status.
+//! - `progress`: the live display and the per-cell lines.
 //!
 //! The dispatcher here is the single owner of the run folder: cells report back through their
 //! task's result and only this loop appends to `results.jsonl`, so records never interleave.
 
-pub mod cell;
+pub(crate) mod cell;
 pub mod folder;
-pub mod outcome;
-pub mod port;
-pub mod progress;
-pub mod server;
-pub mod slots;
+pub(crate) mod outcome;
+pub(crate) mod port;
+pub(crate) mod progress;
+pub(crate) mod server;
 
-use crate::classify::Classifier;
+use crate::classify::{Classifier, ClassifyError};
 use crate::digest::sha256_hex;
 use crate::exec::logsink::LogLimits;
 use crate::exec::reaper::Reaper;
 use crate::inventory::Inventory;
 use crate::matrix::{Plan, gpus};
 use crate::record::{CellRecord, FORMAT_VERSION, Manifest, RunState, Runner, Status};
-use crate::schedule::{Job, Scheduler};
+use crate::schedule::{self, Scheduler};
 use crate::watchdog::GpuActivity;
 use cell::{CellEnd, Shared};
 use folder::{FolderError, RunFolder};
@@ -84,14 +82,24 @@ pub enum RunError {
     },
     #[error("cannot install the Ctrl-C handler")]
     Signals(#[source] std::io::Error),
+    /// A `[[rules]]` pattern of the matrix file does not compile.
+    #[error("cannot use the matrix file's `[[rules]]`")]
+    Rules(#[source] ClassifyError),
+    #[error("cannot build the HTTP client for the cells' servers")]
+    Http(#[source] reqwest::Error),
+    #[error("cannot write the plan as JSON")]
+    PlanJson(#[source] serde_json::Error),
 }
 
 impl RunError {
     pub fn is_input(&self) -> bool {
         match self {
             RunError::Folder(err) => err.is_input(),
-            RunError::UnknownCell { .. } => true,
-            RunError::Reaper { .. } | RunError::Signals(_) => false,
+            RunError::UnknownCell { .. } | RunError::Rules(_) => true,
+            RunError::Reaper { .. }
+            | RunError::Signals(_)
+            | RunError::Http(_)
+            | RunError::PlanJson(_) => false,
         }
     }
 }
@@ -143,21 +151,6 @@ fn select(plan: &Plan, wanted: &[String]) -> Result<Vec<usize>, RunError> {
     Ok(picked)
 }
 
-/// Cells with the same group share an environment and a JIT cache: the pins, the base
-/// requirement file and the GPU archs.
-pub fn environment_group(plan: &Plan, index: usize) -> String {
-    let cell = &plan.cells[index];
-    format!(
-        "{}|{}|{}",
-        cell.pins_text(),
-        cell.requirements
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default(),
-        gpus::format(&cell.gpus)
-    )
-}
-
 /// A record for a cell this host cannot serve.
 fn skip_record(plan: &Plan, index: usize, folder: &RunFolder, inventory: &Inventory) -> CellRecord {
     let cell = &plan.cells[index];
@@ -178,7 +171,12 @@ fn skip_record(plan: &Plan, index: usize, folder: &RunFolder, inventory: &Invent
         inventory.source
     );
     let (path, _) = folder.log_path(cell.id.as_str(), 1);
-    let _ = std::fs::write(&path, format!("[gpucompat] skipped: {reason}\n"));
+    // The record says why whether or not its log could be written; a log that could not be
+    // is named in the reason, not left to look empty.
+    let reason = match std::fs::write(&path, format!("[gpucompat] skipped: {reason}\n")) {
+        Ok(()) => reason,
+        Err(err) => format!("{reason}; its log could not be written: {err}"),
+    };
     CellRecord {
         attempts: 0,
         ..unrun_record(plan, index, &inventory.host, Status::Skip, reason)
@@ -239,10 +237,61 @@ fn unrun_record(
 /// Runs the plan. Cell failures are records; `Err` is only for a run that could not happen.
 pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunError> {
     let selected = select(&plan, &options.cells)?;
-    let (mut folder, (previous, existing)) =
+    // Everything that can fail before a cell runs fails before the run folder exists.
+    let classifier = Classifier::with_rules(&plan.rules).map_err(RunError::Rules)?;
+    let http = server::client().map_err(RunError::Http)?;
+    let plan_json = serde_json::to_vec_pretty(&plan).map_err(RunError::PlanJson)?;
+    let (folder, (previous, mut records)) =
         RunFolder::open(&options.out, &plan.file_hash, options.resume)?;
-    let inventory = options.inventory.clone();
-    let mut manifest = match previous {
+    let mut manifest = open_manifest(previous, &plan, &options.inventory);
+    folder.write_manifest(&manifest)?;
+    folder.write_atomic(folder::PLAN, &plan_json)?;
+    let to_run = still_to_run(&plan, selected, &records);
+    let kept = plan.cells.len().min(records.len());
+    let needs_gpus = to_run.iter().any(|&i| !plan.cells[i].gpus.is_empty());
+    let limit = job_limit(&options, needs_gpus);
+    let run_token = run_token(&options.inventory.host);
+    let reaper = start_reaper(&options, &run_token)?;
+    let reporter = Reporter::new(to_run.len(), 0, options.interactive);
+    reporter.line(&intro_line(&plan, &options, to_run.len(), limit, kept));
+    let jobs = schedule::jobs(&plan, to_run.iter().copied(), &HashMap::new());
+    let (scheduler, never) = Scheduler::new(jobs, options.inventory.gpus.clone());
+    let shared = Arc::new(Shared {
+        run_token,
+        root: options.out.clone(),
+        cache_root: options.cache_root.clone(),
+        classifier,
+        reaper,
+        gpu_activity: if needs_gpus {
+            GpuActivity::start()
+        } else {
+            None
+        },
+        limits: options.limits,
+        grace: options.grace,
+        host: options.inventory.host.clone(),
+        http,
+        plan,
+    });
+    let mut dispatch = Dispatch {
+        shared,
+        scheduler,
+        folder,
+        reporter,
+        records: std::mem::take(&mut records),
+        new_records: 0,
+        limit,
+        interrupted: None,
+        fault: None,
+    };
+    dispatch.record_unservable(never, &options.inventory)?;
+    dispatch.run().await?;
+    dispatch.finish(&mut manifest, options.out)
+}
+
+/// The manifest at the start of a run: a fresh one, or the resumed run's, marked running again.
+fn open_manifest(previous: Option<Manifest>, plan: &Plan, inventory: &Inventory) -> Manifest {
+    match previous {
         Some(mut manifest) => {
             manifest.resumes += 1;
             manifest.state = RunState::Running;
@@ -265,70 +314,75 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
             resumes: 0,
             inventory: inventory.source.clone(),
         },
-    };
-    folder.write_manifest(&manifest)?;
-    let plan_json = serde_json::to_vec_pretty(&plan).unwrap_or_default();
-    folder.write_atomic(folder::PLAN, &plan_json)?;
+    }
+}
 
-    // A resumed run keeps finished cells; skipped ones get another chance (the host may differ).
-    let mut records: HashMap<String, CellRecord> = existing;
-    let to_run: Vec<usize> = selected
+/// The selected cells without a record yet. A resumed run keeps finished cells; skipped ones get
+/// another chance (the host may differ).
+fn still_to_run(
+    plan: &Plan,
+    selected: Vec<usize>,
+    records: &HashMap<String, CellRecord>,
+) -> Vec<usize> {
+    selected
         .into_iter()
         .filter(|&i| {
             records
                 .get(plan.cells[i].id.as_str())
                 .is_none_or(|r| r.status == Status::Skip)
         })
-        .collect();
-    let kept = plan.cells.len().min(records.len());
+        .collect()
+}
 
-    let needs_gpus = to_run.iter().any(|&i| !plan.cells[i].gpus.is_empty());
-    let jobs = options
+/// Cells at a time: as asked, else one per GPU (or per CPU when no cell needs a GPU).
+fn job_limit(options: &RunOptions, needs_gpus: bool) -> usize {
+    options
         .jobs
         .unwrap_or_else(|| {
             if needs_gpus {
-                inventory.gpus.len()
+                options.inventory.gpus.len()
             } else {
                 std::thread::available_parallelism().map_or(1, usize::from)
             }
         })
-        .max(1);
+        .max(1)
+}
 
-    let run_token = run_token(&inventory.host);
-    let reaper = match &options.reaper_exe {
-        Some(exe) => Some(
-            Reaper::start(exe, &run_token).map_err(|source| RunError::Reaper {
-                exe: exe.display().to_string(),
-                source,
-            })?,
-        ),
-        None => None,
+fn start_reaper(options: &RunOptions, run_token: &str) -> Result<Option<Reaper>, RunError> {
+    let Some(exe) = &options.reaper_exe else {
+        return Ok(None);
     };
-    let classifier = Classifier::with_rules(&plan.rules).unwrap_or_else(|_| Classifier::builtin());
-    let gpu_activity = if needs_gpus {
-        GpuActivity::start()
-    } else {
-        None
-    };
-    let mut reporter = Reporter::new(to_run.len(), 0, options.interactive);
-    reporter.line(&format!(
-        "{} {} of {} cells of {} into {} ({} at a time; GPUs: {}){}",
+    Reaper::start(exe, run_token)
+        .map(Some)
+        .map_err(|source| RunError::Reaper {
+            exe: exe.display().to_string(),
+            source,
+        })
+}
+
+/// The run's first line: what runs, from where, into where, how many at a time on which GPUs.
+fn intro_line(
+    plan: &Plan,
+    options: &RunOptions,
+    count: usize,
+    limit: usize,
+    kept: usize,
+) -> String {
+    let gpus = &options.inventory.gpus;
+    format!(
+        "{} {count} of {} cells of {} into {} ({limit} at a time; GPUs: {}){}",
         if plan.replay {
             "replaying recorded runs:"
         } else {
             "running"
         },
-        to_run.len(),
         plan.cells.len(),
         plan.path.display(),
         options.out.display(),
-        jobs,
-        if inventory.gpus.is_empty() {
+        if gpus.is_empty() {
             "none".to_owned()
         } else {
-            inventory
-                .gpus
-                .iter()
+            gpus.iter()
                 .map(|g| format!("{}:{}", g.index, g.arch))
                 .collect::<Vec<_>>()
                 .join(" ")
@@ -338,148 +392,194 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
         } else {
             String::new()
         }
-    ));
+    )
+}
 
-    let schedule_jobs: Vec<Job> = to_run
-        .iter()
-        .map(|&index| {
-            let cell = &plan.cells[index];
-            Job {
-                index,
-                gpus: cell.gpus.clone(),
-                group: environment_group(&plan, index),
-                duration: None,
-            }
-        })
-        .collect();
-    let (mut scheduler, never) = Scheduler::new(schedule_jobs, inventory.gpus.clone());
-    let mut new_records = 0usize;
-    let mut never: Vec<usize> = never.iter().map(|&p| scheduler.job(p).index).collect();
-    never.sort_unstable();
-    for index in never {
-        let record = skip_record(&plan, index, &folder, &inventory);
-        folder.append(&record)?;
-        new_records += 1;
-        reporter.finished(&record, false);
-        records.insert(record.id.clone(), record);
+/// The dispatcher: starts what the scheduler says, collects what cells return, and is the one
+/// writer of the run folder.
+struct Dispatch {
+    shared: Arc<Shared>,
+    scheduler: Scheduler,
+    folder: RunFolder,
+    reporter: Reporter,
+    /// The last record of every cell, by id (earlier runs' included).
+    records: HashMap<String, CellRecord>,
+    new_records: usize,
+    /// Cells at a time.
+    limit: usize,
+    /// Cells running when a stop was asked.
+    interrupted: Option<usize>,
+    /// The run folder could not take a record: the run stops.
+    fault: Option<FolderError>,
+}
+
+/// The cells running now: their task, their plan index and GPU slots.
+struct InFlight {
+    tasks: JoinSet<CellEnd>,
+    cells: HashMap<tokio::task::Id, (usize, Vec<usize>)>,
+}
+
+impl Dispatch {
+    /// Skip records for the cells this host can never serve.
+    fn record_unservable(
+        &mut self,
+        never: Vec<usize>,
+        inventory: &Inventory,
+    ) -> Result<(), RunError> {
+        let mut never: Vec<usize> = never.iter().map(|&p| self.scheduler.job(p).index).collect();
+        never.sort_unstable();
+        for index in never {
+            let record = skip_record(&self.shared.plan, index, &self.folder, inventory);
+            self.folder.append(&record)?;
+            self.keep(record, false);
+        }
+        Ok(())
     }
 
-    let plan_order: Vec<String> = plan.cells.iter().map(|c| c.id.to_string()).collect();
-    let shared = Arc::new(Shared {
-        plan,
-        run_token,
-        root: options.out.clone(),
-        cache_root: options.cache_root.clone(),
-        classifier,
-        reaper,
-        gpu_activity,
-        limits: options.limits,
-        grace: options.grace,
-        host: inventory.host.clone(),
-        http: server::client(),
-    });
-    let (cancel_tx, cancel_rx) = watch::channel(false);
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .map_err(RunError::Signals)?;
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(RunError::Signals)?;
-    let mut tasks: JoinSet<CellEnd> = JoinSet::new();
-    let mut in_flight: HashMap<tokio::task::Id, (usize, Vec<usize>)> = HashMap::new();
-    let mut interrupted: Option<usize> = None;
-    let mut fault: Option<FolderError> = None;
+    fn keep(&mut self, record: CellRecord, was_running: bool) {
+        self.new_records += 1;
+        self.reporter.finished(&record, was_running);
+        self.records.insert(record.id.clone(), record);
+    }
 
-    loop {
-        if interrupted.is_none() && fault.is_none() {
-            for (position, taken) in scheduler.start(tasks.len(), jobs) {
-                let index = scheduler.job(position).index;
-                let gpus: Vec<_> = taken.iter().map(|&s| scheduler.gpu(s).clone()).collect();
-                reporter.started(shared.plan.cells[index].id.as_str(), &gpus);
-                let handle = tasks.spawn(cell::run_cell(
-                    Arc::clone(&shared),
-                    index,
-                    gpus,
-                    cancel_rx.clone(),
-                ));
-                in_flight.insert(handle.id(), (index, taken));
-            }
-        }
-        if tasks.is_empty() {
-            break;
-        }
-        let stop_asked = async {
-            tokio::select! {
-                _ = interrupt.recv() => "interrupted (SIGINT)",
-                _ = terminate.recv() => "terminated (SIGTERM)",
-            }
+    /// Runs cells until every one has ended, a stop was asked or the folder failed.
+    async fn run(&mut self) -> Result<(), RunError> {
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let signal = |kind| tokio::signal::unix::signal(kind).map_err(RunError::Signals);
+        let mut interrupt = signal(tokio::signal::unix::SignalKind::interrupt())?;
+        let mut terminate = signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut running = InFlight {
+            tasks: JoinSet::new(),
+            cells: HashMap::new(),
         };
-        tokio::select! {
-            Some(joined) = tasks.join_next_with_id() => {
-                let (id, end) = match joined {
-                    Ok((id, end)) => (id, Ok(end)),
-                    Err(err) => (err.id(), Err(err.to_string())),
-                };
-                let Some((index, taken)) = in_flight.remove(&id) else { continue };
-                scheduler.release(&taken);
-                let record = match end {
-                    Ok(CellEnd::Finished(record)) => *record,
-                    Ok(CellEnd::Interrupted) => {
-                        reporter.interrupted_cell();
-                        continue;
-                    }
-                    Err(what) => harness_fault_record(&shared.plan, index, &shared.host, &what),
-                };
-                if let Err(err) = folder.append(&record) {
-                    // The run cannot keep results: stop starting cells, tear down the rest.
-                    reporter.line(&format!("error: {err}; stopping the run"));
-                    let _ = cancel_tx.send(true);
-                    fault = Some(err);
-                    continue;
+        loop {
+            if self.interrupted.is_none() && self.fault.is_none() {
+                self.start_cells(&mut running, &cancel_rx);
+            }
+            if running.tasks.is_empty() {
+                return Ok(());
+            }
+            let stop_asked = async {
+                tokio::select! {
+                    _ = interrupt.recv() => "interrupted (SIGINT)",
+                    _ = terminate.recv() => "terminated (SIGTERM)",
                 }
-                new_records += 1;
-                reporter.finished(&record, true);
-                records.insert(record.id.clone(), record);
+            };
+            tokio::select! {
+                Some(joined) = running.tasks.join_next_with_id() => {
+                    if !self.ended(joined, &mut running) {
+                        let _ = cancel_tx.send(true);
+                    }
+                }
+                why = stop_asked, if self.interrupted.is_none() => {
+                    self.reporter.line(&format!(
+                        "{why}: tearing down {} running cell(s) (up to {:?} each); finished cells are kept",
+                        running.tasks.len(),
+                        self.shared.grace
+                    ));
+                    self.interrupted = Some(running.tasks.len());
+                    let _ = cancel_tx.send(true);
+                }
             }
-            why = stop_asked, if interrupted.is_none() => {
-                reporter.line(&format!(
-                    "{why}: tearing down {} running cell(s) (up to {:?} each); finished cells are kept",
-                    tasks.len(),
-                    shared.grace
-                ));
-                interrupted = Some(tasks.len());
-                let _ = cancel_tx.send(true);
+        }
+    }
+
+    /// Starts every cell the scheduler places now.
+    fn start_cells(&mut self, running: &mut InFlight, cancel: &watch::Receiver<bool>) {
+        for (position, taken) in self.scheduler.start(running.tasks.len(), self.limit) {
+            let index = self.scheduler.job(position).index;
+            let gpus: Vec<_> = taken
+                .iter()
+                .map(|&s| self.scheduler.gpu(s).clone())
+                .collect();
+            self.reporter
+                .started(self.shared.plan.cells[index].id.as_str(), &gpus);
+            let handle = running.tasks.spawn(cell::run_cell(
+                Arc::clone(&self.shared),
+                index,
+                gpus,
+                cancel.clone(),
+            ));
+            running.cells.insert(handle.id(), (index, taken));
+        }
+    }
+
+    /// A cell's task ended: its record goes into the folder. `false` when the folder refused
+    /// it: the run cannot keep results, so it stops starting cells and tears down the rest.
+    fn ended(
+        &mut self,
+        joined: Result<(tokio::task::Id, CellEnd), tokio::task::JoinError>,
+        running: &mut InFlight,
+    ) -> bool {
+        let (id, end) = match joined {
+            Ok((id, end)) => (id, Ok(end)),
+            Err(err) => (err.id(), Err(err.to_string())),
+        };
+        let Some((index, taken)) = running.cells.remove(&id) else {
+            return true;
+        };
+        self.scheduler.release(&taken);
+        let record = match end {
+            Ok(CellEnd::Finished(record)) => *record,
+            Ok(CellEnd::Interrupted) => {
+                self.reporter.interrupted_cell();
+                return true;
+            }
+            Err(what) => harness_fault_record(&self.shared.plan, index, &self.shared.host, &what),
+        };
+        match self.folder.append(&record) {
+            Ok(()) => {
+                self.keep(record, true);
+                true
+            }
+            Err(err) => {
+                self.reporter
+                    .line(&format!("error: {err}; stopping the run"));
+                self.fault = Some(err);
+                false
             }
         }
     }
-    reporter.done();
-    if let Some(gpu) = &shared.gpu_activity {
-        gpu.stop();
-    }
-    if let Ok(shared) = Arc::try_unwrap(shared) {
-        if let Some(reaper) = shared.reaper {
-            reaper.finish();
+
+    /// Stops the helpers, writes the final manifest and returns the summary.
+    fn finish(mut self, manifest: &mut Manifest, out: PathBuf) -> Result<RunSummary, RunError> {
+        self.reporter.done();
+        if let Some(gpu) = &self.shared.gpu_activity {
+            gpu.stop();
         }
-    }
-    manifest.finished_at = Some(now());
-    manifest.state = if interrupted.is_some() || fault.is_some() || scheduler.pending() > 0 {
-        RunState::Interrupted
-    } else {
-        RunState::Finished
-    };
-    folder.write_manifest(&manifest)?;
-    if let Some(err) = fault {
-        return Err(err.into());
-    }
-    let mut ordered = Vec::with_capacity(records.len());
-    for id in &plan_order {
-        if let Some(record) = records.remove(id) {
-            ordered.push(record);
+        let plan_order: Vec<String> = self
+            .shared
+            .plan
+            .cells
+            .iter()
+            .map(|c| c.id.to_string())
+            .collect();
+        if let Ok(shared) = Arc::try_unwrap(self.shared) {
+            if let Some(reaper) = shared.reaper {
+                reaper.finish();
+            }
         }
+        let pending = self.scheduler.pending();
+        manifest.finished_at = Some(now());
+        manifest.state = if self.interrupted.is_some() || self.fault.is_some() || pending > 0 {
+            RunState::Interrupted
+        } else {
+            RunState::Finished
+        };
+        self.folder.write_manifest(manifest)?;
+        if let Some(err) = self.fault {
+            return Err(err.into());
+        }
+        let records = plan_order
+            .iter()
+            .filter_map(|id| self.records.remove(id))
+            .collect();
+        Ok(RunSummary {
+            folder: out,
+            records,
+            new_records: self.new_records,
+            interrupted: self.interrupted.map(|n| n + pending),
+            manifest: manifest.clone(),
+        })
     }
-    Ok(RunSummary {
-        folder: options.out,
-        records: ordered,
-        new_records,
-        interrupted: interrupted.map(|n| n + scheduler.pending()),
-        manifest,
-    })
 }

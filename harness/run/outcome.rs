@@ -14,7 +14,7 @@ use crate::signature::Signature;
 
 /// How the last attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LastAttempt {
+pub(crate) enum LastAttempt {
     Passed,
     Failed {
         signature: Signature,
@@ -23,7 +23,7 @@ pub enum LastAttempt {
 }
 
 /// The status of a finished cell, and a reason when the status needs one.
-pub fn decide(
+pub(crate) fn decide(
     last: LastAttempt,
     earlier_failures: u32,
     expectation: Option<&ExpectationRef>,

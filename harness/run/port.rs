@@ -32,7 +32,7 @@ const TRIES: usize = 64;
 
 /// A port reserved for one cell, until dropped.
 #[derive(Debug)]
-pub struct PortLease {
+pub(crate) struct PortLease {
     pub port: u16,
     /// `None` where the lock folder cannot be used: the lease then only protects against the
     /// cells of this run.
@@ -48,7 +48,7 @@ fn lock_dir() -> PathBuf {
 
 /// A free loopback port that no other cell, of this run or another, has been handed and still
 /// holds.
-pub fn lease() -> io::Result<PortLease> {
+pub(crate) fn lease() -> io::Result<PortLease> {
     lease_from(|| {
         Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
             .local_addr()?

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// Live progress of a run.
 #[derive(Debug)]
-pub struct Reporter {
+pub(crate) struct Reporter {
     bar: Option<ProgressBar>,
     running: usize,
     failed: usize,
@@ -16,7 +16,7 @@ pub struct Reporter {
 
 impl Reporter {
     /// A bar on an interactive terminal; plain lines otherwise (CI, pipes, `CI=true`).
-    pub fn new(total: usize, already_done: usize, interactive: bool) -> Self {
+    pub(crate) fn new(total: usize, already_done: usize, interactive: bool) -> Self {
         let bar = interactive.then(|| {
             let bar =
                 ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
@@ -38,12 +38,12 @@ impl Reporter {
     }
 
     /// Whether stderr is a terminal a person is watching.
-    pub fn stderr_is_interactive() -> bool {
+    pub(crate) fn stderr_is_interactive() -> bool {
         std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
     }
 
     /// A line above the bar, or on stderr.
-    pub fn line(&self, text: &str) {
+    pub(crate) fn line(&self, text: &str) {
         match &self.bar {
             Some(bar) => bar.println(text),
             None => {
@@ -52,7 +52,7 @@ impl Reporter {
         }
     }
 
-    pub fn started(&mut self, id: &str, gpus: &[GpuInfo]) {
+    pub(crate) fn started(&mut self, id: &str, gpus: &[GpuInfo]) {
         self.running += 1;
         if self.bar.is_none() {
             let on = if gpus.is_empty() {
@@ -71,7 +71,7 @@ impl Reporter {
         self.update();
     }
 
-    pub fn finished(&mut self, record: &CellRecord, was_running: bool) {
+    pub(crate) fn finished(&mut self, record: &CellRecord, was_running: bool) {
         if was_running {
             self.running = self.running.saturating_sub(1);
         }
@@ -85,7 +85,7 @@ impl Reporter {
         self.update();
     }
 
-    pub fn interrupted_cell(&mut self) {
+    pub(crate) fn interrupted_cell(&mut self) {
         self.running = self.running.saturating_sub(1);
         self.update();
     }
@@ -96,7 +96,7 @@ impl Reporter {
         }
     }
 
-    pub fn done(&self) {
+    pub(crate) fn done(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
@@ -104,7 +104,7 @@ impl Reporter {
 }
 
 /// `    PASS [  12.3s] cell-id`, with the signature, phase and log of failures.
-pub fn finish_line(record: &CellRecord) -> String {
+pub(crate) fn finish_line(record: &CellRecord) -> String {
     let label = record.status.as_str().to_ascii_uppercase();
     let detail = match record.status {
         Status::Pass => String::new(),

@@ -6,12 +6,14 @@ use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::time::{Instant, sleep};
 
-pub fn client() -> reqwest::Client {
+/// The client every cell's requests go through. Cells' servers are on loopback: the client never
+/// goes through a proxy (`HTTP_PROXY` and the like are for the cells' downloads). There is no
+/// fallback client: one built without `no_proxy` would send loopback traffic to a proxy.
+pub(crate) fn client() -> Result<reqwest::Client, reqwest::Error> {
     reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(Duration::from_secs(5))
         .build()
-        .unwrap_or_else(|_| reqwest::Client::new())
 }
 
 /// Longest pause between health checks. The time to ready the record reports is when a check
@@ -20,7 +22,7 @@ const HEALTH_POLL_MAX: Duration = Duration::from_millis(200);
 
 /// Polls `GET path` until it answers 2xx. Never returns otherwise: the caller's `select!` bounds it
 /// with the ready deadline, the watchdog and the server's exit.
-pub async fn wait_healthy(client: &reqwest::Client, port: u16, path: &str) {
+pub(crate) async fn wait_healthy(client: &reqwest::Client, port: u16, path: &str) {
     let url = format!("http://127.0.0.1:{port}{path}");
     let mut delay = Duration::from_millis(50);
     loop {
@@ -39,7 +41,7 @@ pub async fn wait_healthy(client: &reqwest::Client, port: u16, path: &str) {
 
 /// What the completion request asks.
 #[derive(Debug, Clone)]
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     pub port: u16,
     pub endpoint: &'a str,
     pub model: Option<&'a str>,
@@ -49,7 +51,7 @@ pub struct Request<'a> {
 
 /// The answer and how fast it came.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub text: String,
     pub ttft_s: Option<f64>,
     pub total_s: f64,
@@ -58,7 +60,7 @@ pub struct Answer {
 
 impl Answer {
     /// Seconds per output token after the first, and tokens per second of the whole answer.
-    pub fn rates(&self) -> (Option<f64>, Option<f64>) {
+    pub(crate) fn rates(&self) -> (Option<f64>, Option<f64>) {
         let Some(tokens) = self.completion_tokens.filter(|t| *t > 0) else {
             return (None, None);
         };
@@ -73,7 +75,7 @@ impl Answer {
 
 /// Why the request failed.
 #[derive(Debug, thiserror::Error)]
-pub enum RequestError {
+pub(crate) enum RequestError {
     #[error("request to {url} failed")]
     Send {
         url: String,
@@ -94,7 +96,10 @@ pub enum RequestError {
 }
 
 /// Sends one completion request, streaming when the server streams, and reads the answer.
-pub async fn complete(client: &reqwest::Client, req: &Request<'_>) -> Result<Answer, RequestError> {
+pub(crate) async fn complete(
+    client: &reqwest::Client,
+    req: &Request<'_>,
+) -> Result<Answer, RequestError> {
     let url = format!("http://127.0.0.1:{}{}", req.port, req.endpoint);
     let chat = req.endpoint.contains("chat");
     let mut body = json!({
@@ -228,7 +233,7 @@ fn usage_tokens(value: &Value) -> Option<u64> {
 }
 
 /// Checks an answer: not empty, not garbage, and matching `expect` when given. `Err` says why.
-pub fn validate(text: &str, expect: Option<&Regex>) -> Result<(), String> {
+pub(crate) fn validate(text: &str, expect: Option<&Regex>) -> Result<(), String> {
     let trimmed = text.trim();
     if trimmed.is_empty() {
         return Err("the answer is empty".to_owned());

@@ -95,11 +95,19 @@ impl Scene {
 
     /// Runs to the end and returns what the harness printed and its exit status.
     fn run(&self, extra: &[&str]) -> Output {
+        self.run_with_env(extra, &[])
+    }
+
+    /// [`Scene::run`] with variables set for the harness (no proxy exceptions inherited).
+    fn run_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Output {
         gpucompat()
             .args(self.args(extra))
             .env("CI", "true")
             .env("PYTHON", python())
-            .timeout(Duration::from_secs(60))
+            .env_remove("NO_PROXY")
+            .env_remove("no_proxy")
+            .envs(env.iter().copied())
+            .timeout(Duration::from_secs(90))
             .output()
             .expect("run gpucompat")
     }
@@ -558,92 +566,333 @@ arch = "sm_86"
 }
 
 // ---------------------------------------------------------------------------------------------
-// The watchdog: deadlock, timeout, silent compile
+// One-cell scenarios: the watchdog (deadlock, timeout, silent compile), server readiness,
+// teardown, and the harness's own faults. One table, one driver.
 
-/// A one-cell job run with a 1 s no-progress window; returns the record and when the run ended.
-fn watchdog_run(args: &str, timeout: &str) -> (Scene, Value, f64) {
-    let scene = Scene::new(&format!(
-        r#"
+/// One single-cell scenario: a matrix file, then what the run and the cell's record must say.
+struct Case {
+    name: &'static str,
+    /// The matrix file: `@JOB@` (job.sh), `@SERVER@` (fake_server.py), `@MARKER@` (see
+    /// [`MARKER_ENV`]) and `@SANDBOX@` are filled in. Exactly one cell.
+    matrix: &'static str,
+    /// Variables set for the harness.
+    env: &'static [(&'static str, &'static str)],
+    exit: i32,
+    status: &'static str,
+    signature: Option<&'static str>,
+    phase: &'static str,
+    /// Text the cell's log must hold.
+    log_has: &'static [&'static str],
+    /// Anything else (timings, processes left behind).
+    more: fn(&Ran),
+}
+
+/// What a case's run left.
+struct Ran {
+    scene: Scene,
+    record: Value,
+    /// When the harness had exited (seconds since the epoch).
+    ended: f64,
+}
+
+const NOTHING_MORE: fn(&Ran) = |_| {};
+
+/// Whether `record`'s verdict came after the window had passed since `stamp` (when the cell
+/// went idle) and before the deadline: the order of events, not how fast the harness was.
+fn verdict_after_the_window(ran: &Ran, stamp_file: &str, window_s: f64, timeout_s: f64) {
+    let idle_at = stamp(&ran.scene.path(stamp_file));
+    assert!(
+        ran.ended - idle_at >= window_s,
+        "verdict {:.2}s after the cell went idle; the window is {window_s}s",
+        ran.ended - idle_at
+    );
+    let duration = f64_of(&ran.record["duration_s"]);
+    assert!(duration < timeout_s, "{duration}s: the deadline came first");
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "idle_hang_is_a_deadlock_after_the_window",
+        matrix: r#"
 [matrix]
 case = ["watched"]
 [job]
-command = "{job} {args}"
-timeout = "{timeout}"
+command = "@JOB@ hang hang.stamp"
+timeout = "60s"
+no-progress = "2s"
+"#,
+        env: &[],
+        exit: 1,
+        status: "fail",
+        signature: Some("deadlock"),
+        phase: "launch",
+        log_has: &["watchdog"],
+        more: |ran| verdict_after_the_window(ran, "hang.stamp", 2.0, 60.0),
+    },
+    Case {
+        name: "busy_loop_past_the_deadline_is_a_timeout",
+        matrix: r#"
+[matrix]
+case = ["watched"]
+[job]
+command = "@JOB@ busy"
+timeout = "2500ms"
+no-progress = "2s"
+"#,
+        env: &[],
+        exit: 1,
+        status: "fail",
+        signature: Some("timeout"),
+        phase: "launch",
+        log_has: &["deadline"],
+        more: |ran| {
+            let duration = f64_of(&ran.record["duration_s"]);
+            assert!(
+                duration >= 2.4,
+                "ended after {duration}s, before its deadline"
+            );
+        },
+    },
+    Case {
+        name: "silent_compile_longer_than_the_window_is_progress",
+        matrix: r#"
+[matrix]
+case = ["watched"]
+[job]
+command = "@JOB@ compile 3"
+timeout = "60s"
+no-progress = "2s"
+"#,
+        env: &[],
+        exit: 0,
+        status: "pass",
+        signature: None,
+        phase: "teardown",
+        log_has: &[],
+        more: |ran| assert!(f64_of(&ran.record["duration_s"]) >= 3.0),
+    },
+    Case {
+        // A download's progress bar redraws one line with `\r` for 3 s, sleeping in between: no
+        // CPU, no newline, but output all the same.
+        name: "progress_bar_without_newlines_is_progress",
+        matrix: r#"
+[matrix]
+case = ["watched"]
+[job]
+command = "@JOB@ progress-bar 3"
+timeout = "60s"
+no-progress = "2s"
+"#,
+        env: &[],
+        exit: 0,
+        status: "pass",
+        signature: None,
+        phase: "teardown",
+        log_has: &[],
+        more: NOTHING_MORE,
+    },
+    Case {
+        name: "compile_then_idle_is_a_deadlock",
+        matrix: r#"
+[matrix]
+case = ["watched"]
+[job]
+command = "@JOB@ compile-hang 3 idle.stamp"
+timeout = "60s"
+no-progress = "2s"
+"#,
+        env: &[],
+        exit: 1,
+        status: "fail",
+        signature: Some("deadlock"),
+        phase: "launch",
+        log_has: &["watchdog"],
+        more: |ran| {
+            verdict_after_the_window(ran, "idle.stamp", 2.0, 60.0);
+            assert!(f64_of(&ran.record["duration_s"]) >= 3.0);
+        },
+    },
+    Case {
+        name: "server_compiling_past_its_ready_timeout_is_a_timeout_in_ready",
+        matrix: r#"
+[matrix]
+engine = ["jit"]
+[server]
+command = "@SERVER@ compile --port {port} --seconds 60"
+ready-timeout = "2s"
+timeout = "30s"
 no-progress = "1s"
 "#,
-        job = job_sh()
-    ));
-    let out = scene.run(&[]);
+        env: &[],
+        exit: 1,
+        status: "fail",
+        signature: Some("timeout"),
+        phase: "ready",
+        log_has: &["deadline"],
+        more: |ran| {
+            let duration = f64_of(&ran.record["duration_s"]);
+            assert!((2.0..30.0).contains(&duration), "{duration}");
+        },
+    },
+    Case {
+        name: "ready_line_readiness_and_stubborn_workers_are_killed",
+        matrix: r#"
+[matrix]
+engine = ["fake"]
+[env]
+@MARKER@
+[server]
+# No health route at all: only the log line says the server is ready.
+command = """@SERVER@ ok --port {port} --no-health --ready-delay 0.3 \
+    --workers 2 --ignore-term --escape --pids pids.txt"""
+ready-line = "fired up and ready to roll"
+expect = "(?i)paris"
+no-progress = "5s"
+timeout = "30s"
+"#,
+        env: &[],
+        exit: 0,
+        status: "pass",
+        signature: None,
+        phase: "teardown",
+        log_has: &["ignored SIGTERM"],
+        more: |ran| {
+            assert!(f64_of(&ran.record["metrics"]["time_to_ready_s"]) >= 0.3);
+            ran.scene.assert_nothing_left("pids.txt", 4);
+        },
+    },
+    Case {
+        // A server that prints nothing: ready after 2.5 s of silence, then 2.5 s of silence
+        // before it answers. Neither phase is idle for the 4 s window; only the two together
+        // would be. The server turning ready is progress the harness saw itself.
+        name: "silence_before_ready_does_not_count_against_the_request",
+        matrix: r#"
+[matrix]
+engine = ["quiet"]
+[server]
+command = "@SERVER@ ok --port {port} --quiet --ready-delay 2.5 --answer-delay 2.5"
+expect = "(?i)paris"
+no-progress = "4s"
+timeout = "30s"
+"#,
+        env: &[],
+        exit: 0,
+        status: "pass",
+        signature: None,
+        phase: "teardown",
+        log_has: &[],
+        more: NOTHING_MORE,
+    },
+    Case {
+        // The cell's server is on loopback: the harness's requests never go through the proxy
+        // the environment names for the cells' downloads (a dead one here).
+        name: "loopback_requests_never_go_through_a_proxy",
+        matrix: r#"
+[matrix]
+engine = ["proxied"]
+[server]
+command = "@SERVER@ ok --port {port}"
+expect = "(?i)paris"
+no-progress = "5s"
+timeout = "30s"
+"#,
+        env: &[
+            ("HTTP_PROXY", "http://127.0.0.1:9"),
+            ("http_proxy", "http://127.0.0.1:9"),
+            ("ALL_PROXY", "http://127.0.0.1:9"),
+            ("all_proxy", "http://127.0.0.1:9"),
+        ],
+        exit: 0,
+        status: "pass",
+        signature: None,
+        phase: "teardown",
+        log_has: &["ready after"],
+        more: NOTHING_MORE,
+    },
+    Case {
+        name: "job_child_outliving_its_main_process_is_killed_and_counted",
+        matrix: r#"
+[matrix]
+case = ["orphan"]
+[env]
+@MARKER@
+[job]
+command = "@JOB@ orphan pids.txt"
+"#,
+        env: &[],
+        exit: 0,
+        status: "pass",
+        signature: None,
+        phase: "teardown",
+        log_has: &["still running after its main process exited"],
+        more: |ran| {
+            let leaked = ran.record["leaked"].as_u64().unwrap_or(0);
+            assert!(leaked >= 1, "{:#?}", ran.record);
+            ran.scene.assert_nothing_left("pids.txt", 1);
+        },
+    },
+];
+
+/// Runs one case and checks it; panics name the case.
+fn check_case(case: &Case) {
+    let matrix = case
+        .matrix
+        .replace("@JOB@", &job_sh())
+        .replace("@SERVER@", &server_py())
+        .replace("@MARKER@", MARKER_ENV);
+    let scene = Scene::new(&matrix);
+    let out = scene.run_with_env(&[], case.env);
     let ended = now_s();
-    let record = scene.record("watched");
-    assert!(
-        matches!(out.status.code(), Some(0 | 1)),
-        "{}",
+    let records = scene.records();
+    assert_eq!(records.len(), 1, "{records:#?}");
+    let record = records.into_iter().next().expect("one record");
+    let log = scene.log(&record);
+    let context = format!(
+        "{record:#}\n--- log ---\n{log}\n--- stderr ---\n{}",
         text(&out.stderr)
     );
-    (scene, record, ended)
+    assert_eq!(out.status.code(), Some(case.exit), "exit code\n{context}");
+    assert_eq!(record["status"], case.status, "status\n{context}");
+    match case.signature {
+        Some(signature) => assert_eq!(record["signature"], signature, "signature\n{context}"),
+        None => assert!(record["signature"].is_null(), "signature\n{context}"),
+    }
+    assert_eq!(record["phase"], case.phase, "phase\n{context}");
+    for want in case.log_has {
+        assert!(log.contains(want), "log lacks {want:?}\n{context}");
+    }
+    (case.more)(&Ran {
+        scene,
+        record,
+        ended,
+    });
 }
 
+/// Every case, a few at a time (each starts real processes; a 2-core machine is shared), each on
+/// a thread named for it so a failure says which; then one verdict naming every failed case.
 #[test]
-fn idle_hang_is_a_deadlock_soon_after_the_window() {
-    let (scene, record, ended) = watchdog_run("hang hang.stamp", "30s");
-    assert_eq!(record["status"], "fail");
-    assert_eq!(record["signature"], "deadlock", "{record:#?}");
-    assert_eq!(record["phase"], "launch");
-    let latency = ended - stamp(&scene.path("hang.stamp"));
+fn one_cell_scenarios() {
+    let mut failed = Vec::new();
+    for batch in CASES.chunks(3) {
+        let handles: Vec<_> = batch
+            .iter()
+            .map(|case| {
+                std::thread::Builder::new()
+                    .name(case.name.to_owned())
+                    .spawn(move || check_case(case))
+                    .expect("spawn a case")
+            })
+            .collect();
+        for (case, handle) in batch.iter().zip(handles) {
+            if handle.join().is_err() {
+                failed.push(case.name);
+            }
+        }
+    }
     assert!(
-        (0.9..4.0).contains(&latency),
-        "deadlock verdict {latency:.2}s after the hang began (window 1s)"
+        failed.is_empty(),
+        "failed cases (their panics are above): {failed:?}"
     );
-    assert!(scene.log(&record).contains("watchdog"));
-}
-
-#[test]
-fn busy_loop_past_the_deadline_is_a_timeout() {
-    let (scene, record, _) = watchdog_run("busy", "2500ms");
-    assert_eq!(record["status"], "fail");
-    assert_eq!(record["signature"], "timeout", "{record:#?}");
-    assert_eq!(record["phase"], "launch");
-    let duration = f64_of(&record["duration_s"]);
-    assert!(
-        (2.4..6.0).contains(&duration),
-        "busy cell ended after {duration}s (deadline 2.5s)"
-    );
-    assert!(scene.log(&record).contains("deadline"));
-}
-
-#[test]
-fn silent_compile_longer_than_the_window_is_progress() {
-    let (_scene, record, _) = watchdog_run("compile 2.5", "30s");
-    assert_eq!(record["status"], "pass", "{record:#?}");
-    assert!(f64_of(&record["duration_s"]) >= 2.5);
-}
-
-#[test]
-fn progress_bar_without_newlines_is_progress() {
-    // A download's progress bar redraws one line with `\r` for 3 s, sleeping in between: no
-    // CPU, no newline, but output all the same.
-    let (scene, record, _) = watchdog_run("progress-bar 3", "30s");
-    assert_eq!(
-        record["status"],
-        "pass",
-        "{record:#?}\n{}",
-        scene.log(&record)
-    );
-}
-
-#[test]
-fn compile_then_idle_is_a_deadlock() {
-    let (scene, record, ended) = watchdog_run("compile-hang 2 idle.stamp", "30s");
-    assert_eq!(record["signature"], "deadlock", "{record:#?}");
-    assert_eq!(record["phase"], "launch");
-    let idle_at = stamp(&scene.path("idle.stamp"));
-    let latency = ended - idle_at;
-    assert!(
-        (0.9..4.0).contains(&latency),
-        "deadlock verdict {latency:.2}s after the compile ended (window 1s)"
-    );
-    assert!(f64_of(&record["duration_s"]) >= 2.0, "{record:#?}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -755,29 +1004,6 @@ no-progress = "3s"
     scene.assert_nothing_left("pids.txt", 9);
 }
 
-#[test]
-fn server_compiling_past_its_ready_timeout_is_a_timeout_in_ready() {
-    let scene = Scene::new(&format!(
-        r#"
-[matrix]
-engine = ["jit"]
-[server]
-command = "{server} compile --port {{port}} --seconds 60"
-ready-timeout = "2s"
-timeout = "30s"
-no-progress = "1s"
-"#,
-        server = server_py()
-    ));
-    let out = scene.run(&[]);
-    assert_eq!(out.status.code(), Some(1));
-    let record = scene.record("jit");
-    assert_eq!(record["signature"], "timeout", "{record:#?}");
-    assert_eq!(record["phase"], "ready");
-    let duration = f64_of(&record["duration_s"]);
-    assert!((2.0..6.0).contains(&duration), "{duration}");
-}
-
 /// A cell whose port is answered by another process: `token` is the cell token the squatter
 /// carries (another gpucompat cell's), if any. The squatter starts before the cell and grabs the
 /// cell's port first; it answers health checks and completions like a healthy engine.
@@ -842,85 +1068,71 @@ fn a_port_answered_by_an_outside_process_is_trusted_and_noted() {
     );
 }
 
-#[test]
-fn ready_line_readiness_and_stubborn_workers_are_killed() {
-    let scene = Scene::new(&format!(
-        r#"
-[matrix]
-engine = ["fake"]
-[env]
-{marker}
-[server]
-# No health route at all: only the log line says the server is ready.
-command = """{server} ok --port {{port}} --no-health --ready-delay 0.3 \
-    --workers 2 --ignore-term --escape --pids pids.txt"""
-ready-line = "fired up and ready to roll"
-expect = "(?i)paris"
-no-progress = "5s"
-timeout = "30s"
-"#,
-        marker = MARKER_ENV,
-        server = server_py()
-    ));
-    let out = scene.run(&[]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let record = scene.record("fake");
-    assert_eq!(record["status"], "pass", "{record:#?}");
-    assert!(f64_of(&record["metrics"]["time_to_ready_s"]) >= 0.3);
-    let log = scene.log(&record);
-    assert!(log.contains("ignored SIGTERM"), "{log}");
-    scene.assert_nothing_left("pids.txt", 4);
-}
+// ---------------------------------------------------------------------------------------------
+// The harness's own faults: never a cell's verdict, never swallowed
 
+/// A cell whose log cannot be written (here: its log is `/dev/full`, every write fails with
+/// ENOSPC) gets a spurious `error` that says so; the real failure in its output is not turned
+/// into a verdict read from an empty log.
 #[test]
-fn silence_before_ready_does_not_count_against_the_request() {
-    // A server that prints nothing: ready after 2.5 s of silence, then 2.5 s of silence before
-    // it answers. Neither phase is idle for the 4 s window (each leaves over a second for a loaded
-    // machine); only the two together would be. The server turning ready is progress the harness
-    // saw itself.
+fn a_full_disk_under_the_log_is_a_spurious_error_not_the_cells_verdict() {
     let scene = Scene::new(&format!(
         r#"
 [matrix]
-engine = ["quiet"]
-[server]
-command = "{server} ok --port {{port}} --quiet --ready-delay 2.5 --answer-delay 2.5"
-expect = "(?i)paris"
-no-progress = "4s"
-timeout = "30s"
-"#,
-        server = server_py()
-    ));
-    let out = scene.run(&[]);
-    let record = scene.record("quiet");
-    assert_eq!(
-        record["status"],
-        "pass",
-        "{record:#?}\n{}",
-        scene.log(&record)
-    );
-    assert_eq!(out.status.code(), Some(0));
-}
-
-#[test]
-fn job_child_outliving_its_main_process_is_killed_and_counted() {
-    let scene = Scene::new(&format!(
-        r#"
-[matrix]
-case = ["orphan"]
-[env]
-{marker}
+case = ["first", "crash"]
+[[matrix.include]]
+case = "first"
+mode = "pass"
+[[matrix.include]]
+case = "crash"
+mode = "no-kernel-image"
 [job]
-command = "{job} orphan pids.txt"
+command = "{job} {{mode}}"
 "#,
-        marker = MARKER_ENV,
+        job = job_sh()
+    ));
+    let out = scene.run(&["--cell", "first"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    std::os::unix::fs::symlink("/dev/full", scene.out().join("logs/crash.log"))
+        .expect("link the log to /dev/full");
+    let out = scene.run(&["--resume"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let record = scene.record("crash");
+    assert_eq!(record["status"], "error", "{record:#?}");
+    assert_eq!(record["spurious"], true, "{record:#?}");
+    assert!(record["signature"] != "no_kernel_image", "{record:#?}");
+    let reason = str_of(&record, "reason");
+    assert!(
+        reason.contains("disk full while writing the log"),
+        "{reason}"
+    );
+}
+
+/// `[[rules]]` that each compile but not together (two capture groups of one name, which the
+/// classifier's combined prefilter cannot hold) stop the run before it starts: exit 2, no run
+/// folder, never a run classified without the user's rules.
+#[test]
+fn rules_that_do_not_compile_together_exit_2_before_anything_runs() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+case = ["a"]
+[job]
+command = "{job} pass"
+[[rules]]
+pattern = "(?P<what>first)"
+signature = "oom"
+[[rules]]
+pattern = "(?P<what>second)"
+signature = "oom"
+"#,
         job = job_sh()
     ));
     let out = scene.run(&[]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let record = scene.record("orphan");
-    assert_eq!(record["status"], "pass");
-    assert!(record["leaked"].as_u64().unwrap_or(0) >= 1, "{record:#?}");
-    scene.assert_nothing_left("pids.txt", 1);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("[[rules]]"), "{stderr}");
+    assert!(!scene.out().exists(), "a run folder was made");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,26 +10,22 @@ use crate::record::GpuInfo;
 
 /// The host's GPUs and which are busy.
 #[derive(Debug, Clone)]
-pub struct Slots {
+pub(crate) struct Slots {
     gpus: Vec<GpuInfo>,
     busy: Vec<bool>,
 }
 
 impl Slots {
-    pub fn new(gpus: Vec<GpuInfo>) -> Self {
+    pub(crate) fn new(gpus: Vec<GpuInfo>) -> Self {
         let busy = vec![false; gpus.len()];
         Slots { gpus, busy }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.gpus.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.gpus.is_empty()
-    }
-
-    pub fn gpu(&self, slot: usize) -> &GpuInfo {
+    pub(crate) fn gpu(&self, slot: usize) -> &GpuInfo {
         &self.gpus[slot]
     }
 
@@ -46,12 +42,12 @@ impl Slots {
     }
 
     /// Whether this host could ever serve `want` (when every GPU is free).
-    pub fn can_serve(&self, want: &[String]) -> bool {
+    pub(crate) fn can_serve(&self, want: &[String]) -> bool {
         self.pick(want, |_| true).is_some()
     }
 
     /// Takes GPUs for `want` now, avoiding `reserved` ones; `None` when they are not free.
-    pub fn take(&mut self, want: &[String], reserved: &[bool]) -> Option<Vec<usize>> {
+    pub(crate) fn take(&mut self, want: &[String], reserved: &[bool]) -> Option<Vec<usize>> {
         let taken = self.pick(want, |slot| !self.busy[slot] && !reserved[slot])?;
         for &slot in &taken {
             self.busy[slot] = true;
@@ -60,7 +56,7 @@ impl Slots {
     }
 
     /// Marks the free GPUs `want` could use as reserved for it.
-    pub fn reserve(&self, want: &[String], reserved: &mut [bool]) {
+    pub(crate) fn reserve(&self, want: &[String], reserved: &mut [bool]) {
         let mut claimed = Vec::new();
         for arch in want {
             if let Some(slot) = (0..self.gpus.len()).find(|&slot| {
@@ -77,7 +73,7 @@ impl Slots {
         }
     }
 
-    pub fn release(&mut self, taken: &[usize]) {
+    pub(crate) fn release(&mut self, taken: &[usize]) {
         for &slot in taken {
             self.busy[slot] = false;
         }

@@ -7,9 +7,16 @@
 //! makespan near its lower bound). Placement: the first cell in that order whose GPUs are free starts; a
 //! cell that cannot start reserves the free GPUs it could use, so a stream of single-GPU cells
 //! cannot starve a multi-GPU one.
+//!
+//! - `slots`: which GPUs are free and which a cell gets.
+//! - `plan_jobs`: the one place a plan's cells become jobs (with the durations of an earlier run).
+
+mod plan_jobs;
+pub(crate) mod slots;
 
 use crate::record::GpuInfo;
-use crate::run::slots::Slots;
+pub use plan_jobs::{DurationsError, jobs, read_durations};
+use slots::Slots;
 use std::collections::{BTreeMap, HashMap};
 
 /// One schedulable unit.
