@@ -1,4 +1,4 @@
-//! From attempts to a status: one exhaustive table (DESIGN.md "results.jsonl").
+//! From attempts to a status: one exhaustive table (docs/results.md, "Statuses").
 //!
 //! | last attempt | earlier failures | expectation            | status |
 //! |--------------|------------------|------------------------|--------|

@@ -1,4 +1,4 @@
-//! What a cell's command sees: its environment (DESIGN.md "Contract"), its JIT cache folder and
+//! What a cell's command sees: its environment (docs/matrix.md, "What a cell sees"), its JIT cache folder and
 //! the environment the plan asked to install for it.
 
 use super::{AttemptCx, Facts, Halt, Trouble, error_chain, round3};
@@ -10,7 +10,7 @@ use crate::provision::{self, EnvSpec, ProvisionError, Provisioned};
 use crate::record::{GpuInfo, Phase};
 use std::path::{Path, PathBuf};
 
-/// The environment a cell's command gets over the harness's own (DESIGN.md "Contract").
+/// The environment a cell's command gets over the harness's own (docs/matrix.md, "What a cell sees").
 pub(super) fn cell_env(
     cell: &Cell,
     gpus: &[GpuInfo],
