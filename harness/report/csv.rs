@@ -3,8 +3,8 @@
 //! Columns: `id`, one column per axis (named `axis:NAME` where a name would clash with a fixed
 //! column), then status and signature, phase, timings and the history columns.
 
-use super::context::ReportContext;
 use super::text::one_line;
+use super::view::ReportContext;
 
 const FIXED: [&str; 20] = [
     "status",

@@ -6,9 +6,9 @@
 //! and from GitHub Pages alike. The only external URLs are expectations' upstream links, as plain
 //! `<a href>` (http and https only).
 
-use super::context::{CellBadge, CellEntry, ReportContext, StateView};
-use super::plots::{self, Chart, PlotSpec};
+use super::plots;
 use super::text::{self, STATUSES, seconds};
+use super::view::{CellBadge, CellEntry, Chart, PlotSpec, ReportContext, StateView};
 use crate::compare::Comparison;
 use crate::record::Status;
 use maud::{DOCTYPE, Markup, PreEscaped, html};

@@ -10,8 +10,8 @@
 //!
 //! One test suite per table (model, engine); the class name is the table's title.
 
-use super::context::{CellEntry, ReportContext};
 use super::text::XPASS_NOTE;
+use super::view::{CellEntry, ReportContext};
 use crate::record::Status;
 use std::collections::HashMap;
 use std::fmt::Write;

@@ -3,8 +3,8 @@
 //! Text from run folders is escaped so that it can neither break a table (`|`, line breaks) nor
 //! become markup (`<script>`, `[link](...)`, emphasis).
 
-use super::context::{CellBadge, ReportContext};
 use super::text::{self, STATUSES};
+use super::view::{CellBadge, ReportContext};
 use crate::compare::Comparison;
 use std::fmt::Write;
 

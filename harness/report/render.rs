@@ -11,9 +11,10 @@
 //! OUT/logs/<id>.log      copies of tonight's logs (linked in place when OUT is the run folder)
 //! ```
 
-use super::context::{self, Counts, ReportContext, ReportOptions, same_folder};
+use super::context::{self, ReportOptions, same_folder};
 use super::error::{ReportError, write_err};
 use super::load::{LoadedRun, load_runs};
+use super::view::{Counts, ReportContext};
 use super::{csv, html, json, junit, logs, markdown, plots};
 use crate::run::folder::{MANIFEST, RESULTS};
 use std::fs;
