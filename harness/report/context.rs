@@ -94,29 +94,31 @@ pub(crate) fn same_folder(a: &Path, b: &Path) -> bool {
     }
 }
 
-fn log_ref(record: &CellRecord, run: &LoadedRun, in_place: bool) -> Option<LogRef> {
-    let relative = text::inside(&record.log)?;
-    let source = run.dir.join(&relative);
-    if !source.is_file() {
-        return None;
-    }
+/// Where a cell's log is, or why it is refused (see [`logs::locate`]).
+fn log_ref(record: &CellRecord, run: &LoadedRun, in_place: bool) -> Result<Option<LogRef>, String> {
+    let Some(relative) = text::inside(&record.log) else {
+        return Ok(None);
+    };
+    let Some(source) = logs::locate(&run.dir, &relative)? else {
+        return Ok(None);
+    };
     if in_place {
         let href = relative
             .components()
             .map(|c| c.as_os_str().to_string_lossy().into_owned())
             .collect::<Vec<_>>()
             .join("/");
-        return Some(LogRef {
+        return Ok(Some(LogRef {
             href,
             source,
             copy: false,
-        });
+        }));
     }
-    Some(LogRef {
+    Ok(Some(LogRef {
         href: format!("logs/{}.log", file_stem(&record.id)),
         source,
         copy: true,
-    })
+    }))
 }
 
 fn history(id: &str, runs: &[LoadedRun], indexes: &[HashMap<&str, &CellRecord>]) -> CellHistory {
@@ -241,8 +243,9 @@ pub(crate) fn build(
             .map(|(base, cmp)| changes(base, &cmp, &tonight_ids)),
         new_fingerprints,
         plots: Vec::new(),
-        warnings: warnings(runs, &records),
+        warnings: Vec::new(),
     };
+    context.warnings = warnings(runs, &records, &context.cells);
     context.plots = plots::specs(&context);
     Ok(context)
 }
@@ -528,7 +531,10 @@ impl Entries<'_> {
     /// Everything about one of tonight's cells.
     fn entry(&self, record: &CellRecord) -> CellEntry {
         let tonight = &self.runs[self.runs.len() - 1];
-        let log = log_ref(record, tonight, self.in_place);
+        let (log, log_refused) = match log_ref(record, tonight, self.in_place) {
+            Ok(log) => (log, None),
+            Err(why) => (None, Some(why)),
+        };
         let excerpt = logs::excerpt(record, log.as_ref().map(|l| l.source.as_path()));
         CellEntry {
             id: record.id.clone(),
@@ -560,6 +566,7 @@ impl Entries<'_> {
             runner: record.runner.clone(),
             pins: record.pins.clone(),
             log,
+            log_refused,
             excerpt,
             reproducer: repro::reproducer(record, tonight),
             history: history(&record.id, self.runs, &self.indexes),
@@ -623,8 +630,8 @@ fn not_run(tonight: &LoadedRun, tonight_ids: &HashSet<&str>) -> Vec<String> {
         .collect()
 }
 
-/// Problems that did not stop the report: the loader's, and log paths a report never reads.
-fn warnings(runs: &[LoadedRun], records: &[&CellRecord]) -> Vec<String> {
+/// Problems that did not stop the report: the loader's, and logs a report never reads.
+fn warnings(runs: &[LoadedRun], records: &[&CellRecord], cells: &[CellEntry]) -> Vec<String> {
     let mut warnings: Vec<String> = runs.iter().flat_map(|r| r.warnings.clone()).collect();
     for record in records {
         if text::inside(&record.log).is_none() && !record.log.is_empty() {
@@ -632,6 +639,14 @@ fn warnings(runs: &[LoadedRun], records: &[&CellRecord]) -> Vec<String> {
                 "cell `{}`: log path `{}` leaves the run folder; not read",
                 text::one_line(&record.id),
                 text::one_line(&record.log)
+            ));
+        }
+    }
+    for cell in cells {
+        if let Some(why) = &cell.log_refused {
+            warnings.push(format!(
+                "cell `{}`: log not read: {why}",
+                text::one_line(&cell.id)
             ));
         }
     }

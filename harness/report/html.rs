@@ -442,7 +442,10 @@ pub(crate) fn cell_page(ctx: &ReportContext, cell: &CellEntry, full_log: Option<
                             pre.log { (text) }
                         }
                     },
-                    None => p { "No log was found for this cell." },
+                    None => @match &cell.log_refused {
+                        Some(why) => p.refused { "Log not read: " (why) "." },
+                        None => p { "No log was found for this cell." },
+                    },
                 }
                 footer { "gpucompat " (ctx.harness_version) }
             }

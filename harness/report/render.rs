@@ -139,7 +139,7 @@ pub fn render_loaded(
         if let Some(log) = &cell.log {
             if log.copy {
                 let dest = out.join(&log.href);
-                fs::copy(&log.source, &dest).map_err(write_err(&dest))?;
+                logs::copy(&log.source, &dest).map_err(write_err(&dest))?;
                 logs_copied += 1;
             }
             full = logs::page_text(&log.source).ok();

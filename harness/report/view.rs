@@ -196,6 +196,9 @@ pub struct CellEntry {
     pub runner: Runner,
     pub pins: Vec<String>,
     pub log: Option<LogRef>,
+    /// Why the cell's log was not read (a symbolic link, or a path out of the run folder).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_refused: Option<String>,
     pub excerpt: Option<Excerpt>,
     pub reproducer: Reproducer,
     pub history: CellHistory,

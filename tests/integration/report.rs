@@ -953,3 +953,108 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Every file under `dir`, recursively, as text.
+fn all_text(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read folder") {
+        let path = entry.expect("folder entry").path();
+        if path.is_dir() {
+            out.extend(all_text(&path));
+        } else {
+            let bytes = std::fs::read(&path).expect("read file");
+            out.push((path, String::from_utf8_lossy(&bytes).into_owned()));
+        }
+    }
+    out
+}
+
+const SECRET: &str = "root:x:0:0:planted secret outside the run folder";
+
+/// A symbolic link planted in a run folder's `logs/` (to a file, or `logs/` itself to another
+/// folder) is never read: nothing of its target reaches the report, the cell page and stderr
+/// say which file was refused, and the rest of the report is written.
+#[test]
+fn report_never_reads_a_log_through_a_symbolic_link() {
+    let regressed = id("0.6.11.post1", "sm_90", QWEN);
+    let log = format!("logs/{regressed}.log");
+    // (what is planted, where the report goes: beside or in the run folder)
+    let cases: [(&str, bool); 4] = [
+        ("file", false),
+        ("file", true),
+        ("folder", false),
+        ("folder", true),
+    ];
+    for (planted, in_place) in cases {
+        let (sandbox, _last, tonight_dir) = nightlies();
+        let outside = sandbox.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("passwd"), format!("{SECRET}\n")).unwrap();
+        let refused = match planted {
+            "file" => {
+                std::fs::remove_file(tonight_dir.join(&log)).unwrap();
+                std::os::unix::fs::symlink(outside.join("passwd"), tonight_dir.join(&log)).unwrap();
+                log.clone()
+            }
+            _ => {
+                std::fs::rename(tonight_dir.join("logs"), outside.join("logs")).unwrap();
+                std::fs::copy(
+                    outside.join("passwd"),
+                    outside.join("logs").join(format!("{regressed}.log")),
+                )
+                .unwrap();
+                std::os::unix::fs::symlink(outside.join("logs"), tonight_dir.join("logs")).unwrap();
+                "logs".to_owned()
+            }
+        };
+        let out = if in_place {
+            tonight_dir.clone()
+        } else {
+            sandbox.path().join("report")
+        };
+        let output = report(&[&tonight_dir], &out, &[]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let case = format!("{planted} link, in place: {in_place}");
+        assert_eq!(output.status.code(), Some(0), "{case}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "warning: cell `{regressed}`: log not read: `{refused}` is a symbolic link"
+            )),
+            "{case}: {stderr}"
+        );
+        let report_files = all_text(&out);
+        for (path, text) in &report_files {
+            if path.starts_with(out.join("logs")) && in_place {
+                continue; // the run's own (planted) folder, not written by the report
+            }
+            assert!(
+                !text.contains(SECRET),
+                "{case}: {} has the secret",
+                path.display()
+            );
+        }
+        let page = read(&out.join(format!("cells/{regressed}.html")));
+        assert!(
+            page.contains(&format!("Log not read: `{refused}` is a symbolic link.")),
+            "{case}: {page}"
+        );
+        assert!(
+            !page.contains(&format!("href=\"../{log}\"")),
+            "{case}: {page}"
+        );
+        // The rest of the report is whole.
+        assert!(out.join("index.html").is_file(), "{case}");
+        assert_eq!(
+            std::fs::read_dir(out.join("cells")).unwrap().count(),
+            tonight().len(),
+            "{case}"
+        );
+        if planted == "file" && !in_place {
+            let other = format!("logs/{}.log", id("0.6.3", "sm_90", QWEN));
+            assert!(
+                read(&out.join(&other)).contains("ok"),
+                "{case}: {other} not copied"
+            );
+        }
+    }
+}
