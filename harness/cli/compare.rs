@@ -31,11 +31,10 @@ pub(crate) struct CompareArgs {
     format: CompareFormat,
 }
 
-/// Text from run folders, fit for a terminal: control characters (escape sequences) replaced.
+/// Text from run folders, fit for a terminal: invisible characters (escape sequences, bidi
+/// overrides) shown, not obeyed.
 fn plain(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
-        .collect()
+    report::visible(text).into_owned()
 }
 
 fn outcome(o: Option<&compare::Outcome>) -> String {
@@ -56,7 +55,8 @@ fn counts_line(result: &RunComparison) -> String {
 
 fn markdown(base: &str, head: &str, result: &RunComparison) -> String {
     let esc = |s: &str| {
-        s.chars()
+        report::visible(s)
+            .chars()
             .map(|c| match c {
                 '|' | '<' | '>' | '`' | '[' | ']' | '*' | '\\' => format!("\\{c}"),
                 c if c.is_control() => " ".to_owned(),

@@ -47,7 +47,7 @@ pub(crate) fn run(args: ReportArgs) -> Result<u8, CliError> {
     {
         let mut stderr = std::io::stderr().lock();
         for warning in &summary.warnings {
-            let _ = writeln!(stderr, "warning: {warning}");
+            let _ = writeln!(stderr, "warning: {}", report::visible(warning));
         }
     }
     let mut text = format!(
@@ -55,7 +55,7 @@ pub(crate) fn run(args: ReportArgs) -> Result<u8, CliError> {
         summary.out.display(),
         summary.runs,
         if summary.runs == 1 { "" } else { "s" },
-        summary.tonight,
+        report::visible(&summary.tonight),
         summary.files.join(", "),
         summary.cell_pages,
         if summary.cell_pages == 1 { "" } else { "s" },

@@ -7,6 +7,7 @@
 //! `<a href>` (http and https only).
 
 use super::plots;
+use super::text::visible;
 use super::text::{self, STATUSES, seconds};
 use super::view::{CellBadge, CellEntry, Chart, PlotSpec, ReportContext, StateView};
 use crate::compare::Comparison;
@@ -325,7 +326,9 @@ pub(crate) fn index(ctx: &ReportContext, svgs: &[Option<String>]) -> String {
             }
         }
     };
-    page.into_string()
+    // Every string from a run folder went through maud's escaping; invisible characters in
+    // any of them are shown, not obeyed (our own markup has none).
+    visible(&page.into_string()).into_owned()
 }
 
 fn metric_row(name: &str, value: Option<String>) -> Markup {
@@ -451,5 +454,7 @@ pub(crate) fn cell_page(ctx: &ReportContext, cell: &CellEntry, full_log: Option<
             }
         }
     };
-    page.into_string()
+    // Every string from a run folder went through maud's escaping; invisible characters in
+    // any of them are shown, not obeyed (our own markup has none).
+    visible(&page.into_string()).into_owned()
 }

