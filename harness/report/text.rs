@@ -1,5 +1,5 @@
 //! Small text rules every output format shares: status words and symbols, safe file names,
-//! shell quoting, log-line cleaning, which links may become links.
+//! log-line cleaning, invisible characters, which links may become links.
 //!
 //! Everything read from a run folder is data, possibly hostile: ids, values, log lines and links
 //! pass through here before any format sees them.
@@ -92,24 +92,6 @@ pub(crate) fn file_stem(id: &str) -> String {
     stem = stem_trimmed;
     let hex = sha256_hex(id.as_bytes(), 6);
     format!("{stem}-{hex}")
-}
-
-/// Quotes a word for POSIX `sh`: left alone when it needs no quoting, else in single quotes.
-pub(crate) fn shell_quote(word: &str) -> Cow<'_, str> {
-    let plain = !word.is_empty()
-        && word.bytes().all(|b| {
-            b.is_ascii_alphanumeric()
-                || matches!(
-                    b,
-                    b'_' | b'-' | b'.' | b'/' | b',' | b':' | b'@' | b'%' | b'+' | b'='
-                )
-        })
-        && !word.starts_with('=');
-    if plain {
-        Cow::Borrowed(word)
-    } else {
-        Cow::Owned(format!("'{}'", word.replace('\'', r"'\''")))
-    }
 }
 
 /// Whether `c` is invisible or changes how the text around it shows: C0 and C1 controls (tab
@@ -230,18 +212,6 @@ mod tests {
         assert_ne!(file_stem("a/b"), file_stem("a_b"));
         assert!(!file_stem("..").starts_with('.'));
         assert!(!file_stem("../../etc/passwd").contains('/'));
-    }
-
-    #[test]
-    fn shell_quoting() {
-        assert_eq!(
-            shell_quote("flashinfer-python==0.6.3"),
-            "flashinfer-python==0.6.3"
-        );
-        assert_eq!(shell_quote("a b"), "'a b'");
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
-        assert_eq!(shell_quote(""), "''");
-        assert_eq!(shell_quote("$(rm -rf /)"), "'$(rm -rf /)'");
     }
 
     #[test]
