@@ -27,9 +27,9 @@ mod view;
 pub use context::ReportOptions;
 pub use error::ReportError;
 pub use layout::{Axis, AxisKind, Layout};
-pub use load::{LoadedRun, PlanCell, PlanInfo, load_run, load_runs};
+pub(crate) use load::load_run;
 pub use logs::{Excerpt, ExcerptLine};
-pub use render::{ReportSummary, build_context, render, render_loaded};
+pub use render::{ReportSummary, build_context, render};
 pub use repro::Reproducer;
 pub(crate) use text::visible;
 pub use view::{

@@ -71,7 +71,7 @@ fn mkdir(path: &Path) -> Result<(), ReportError> {
 }
 
 /// Renders already loaded runs (oldest first).
-pub fn render_loaded(
+pub(crate) fn render_loaded(
     runs: &[LoadedRun],
     out: &Path,
     options: &ReportOptions,

@@ -1089,7 +1089,7 @@ fn nightlies_with_invisible_text() -> (Sandbox, PathBuf, PathBuf, String) {
         tonight_dir.join("logs/rtl.log"),
         format!("start\nCUDA out of memory {INVISIBLE} gpj.exe\nend\n"),
     )
-    .unwrap();
+    .expect("write fixture");
     (sandbox, last, tonight_dir, r.id)
 }
 
