@@ -637,18 +637,25 @@ fn report_pivots_other_axes_and_rejects_unknown_ones() {
         "{md}"
     );
 
-    let output = report(&[&tonight_dir], &out, &["--rows", "nope"]);
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("`--rows nope`: no such axis"), "{stderr}");
-    assert!(stderr.contains("flashinfer, gpu, model"), "{stderr}");
-
-    let output = report(&[&tonight_dir], &out, &["--rows", "gpu", "--cols", "gpu"]);
-    assert_eq!(output.status.code(), Some(2));
-
-    let output = report(&[&sandbox.path().join("runs")], &out, &[]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("is not a run folder"));
+    // Bad input: exit 2 with a message that says what.
+    let runs = sandbox.path().join("runs");
+    let cases: [(&Path, &[&str], &[&str]); 3] = [
+        (
+            &tonight_dir,
+            &["--rows", "nope"],
+            &["`--rows nope`: no such axis", "flashinfer, gpu, model"],
+        ),
+        (&tonight_dir, &["--rows", "gpu", "--cols", "gpu"], &[]),
+        (&runs, &[], &["is not a run folder"]),
+    ];
+    for (run, args, messages) in cases {
+        let output = report(&[run], &out, args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        for message in messages {
+            assert!(stderr.contains(message), "{args:?}: {stderr}");
+        }
+    }
 }
 
 #[test]
@@ -719,14 +726,18 @@ fn compare_classifies_cells_and_exits_1_on_regressions() {
             .unwrap()
             .to_owned()
     };
-    assert_eq!(line(&id("0.6.11.post1", "sm_90", QWEN)), "regressed");
-    assert_eq!(line(&id("0.6.11.post1", MIXED, QWEN)), "fixed");
-    assert_eq!(line(&id("0.6.3", MIXED, QWEN)), "still_failing_same");
-    assert_eq!(line(&id("0.6.3", "sm_90", NEXT)), "newly_flaky");
-    assert_eq!(line(&id("0.6.11.post1", "sm_90", NEXT)), "spurious");
-    assert_eq!(line(&id("0.6.11.post1", MIXED, NEXT)), "still_failing_same");
-    assert_eq!(line(&id("0.6.3", MIXED, NEXT)), "skipped");
-    assert_eq!(line(&id("0.6.8.post1", "sm_90", QWEN)), "removed");
+    for (cell, expected) in [
+        (id("0.6.11.post1", "sm_90", QWEN), "regressed"),
+        (id("0.6.11.post1", MIXED, QWEN), "fixed"),
+        (id("0.6.3", MIXED, QWEN), "still_failing_same"),
+        (id("0.6.3", "sm_90", NEXT), "newly_flaky"),
+        (id("0.6.11.post1", "sm_90", NEXT), "spurious"),
+        (id("0.6.11.post1", MIXED, NEXT), "still_failing_same"),
+        (id("0.6.3", MIXED, NEXT), "skipped"),
+        (id("0.6.8.post1", "sm_90", QWEN), "removed"),
+    ] {
+        assert_eq!(line(&cell), expected, "{cell}");
+    }
     assert!(
         !table.contains(&format!("{} ", id("0.6.3", "sm_90", QWEN))),
         "passing cells are not listed"
