@@ -173,7 +173,7 @@ fn side(record: &CellRecord) -> Side {
 
 /// Compares one cell's baseline record with its candidate record (either may be absent).
 /// `None` only when both are absent.
-pub fn compare(base: Option<&CellRecord>, head: Option<&CellRecord>) -> Option<Comparison> {
+pub(crate) fn compare(base: Option<&CellRecord>, head: Option<&CellRecord>) -> Option<Comparison> {
     use Side::{Fail, Flaky, Pass, Skip, Spurious, Xfail, Xpass};
     let pair = (base.map(side), head.map(side));
     let comparison = match pair {
@@ -243,7 +243,7 @@ impl fmt::Display for Outcome {
 
 /// One cell of a run comparison.
 #[derive(Debug, Clone, Serialize)]
-pub struct CellComparison {
+pub(crate) struct CellComparison {
     pub id: String,
     pub values: Values,
     pub comparison: Comparison,
@@ -253,7 +253,7 @@ pub struct CellComparison {
 
 /// Every cell of two runs, compared.
 #[derive(Debug, Clone, Serialize)]
-pub struct RunComparison {
+pub(crate) struct RunComparison {
     /// How many cells got each comparison (only those that occur), most urgent first.
     pub counts: BTreeMap<Comparison, usize>,
     /// Every cell, most urgent first, then by id.
@@ -261,11 +261,7 @@ pub struct RunComparison {
 }
 
 impl RunComparison {
-    pub fn count(&self, comparison: Comparison) -> usize {
-        self.counts.get(&comparison).copied().unwrap_or(0)
-    }
-
-    pub fn regressions(&self) -> usize {
+    pub(crate) fn regressions(&self) -> usize {
         self.cells
             .iter()
             .filter(|c| c.comparison.is_regression())
@@ -274,7 +270,7 @@ impl RunComparison {
 }
 
 /// Compares two runs' records cell by cell (matched by id).
-pub fn compare_runs<'a>(
+pub(crate) fn compare_runs<'a>(
     base: impl IntoIterator<Item = &'a CellRecord>,
     head: impl IntoIterator<Item = &'a CellRecord>,
 ) -> RunComparison {
@@ -501,7 +497,7 @@ mod tests {
             vec![("a", C::Regressed), ("c", C::New), ("b", C::Removed)]
         );
         assert_eq!(result.regressions(), 1);
-        assert_eq!(result.count(C::New), 1);
+        assert_eq!(result.counts.get(&C::New), Some(&1));
         let names: Vec<_> = C::ALL.iter().map(|c| c.as_str()).collect();
         let mut sorted = C::ALL.to_vec();
         sorted.sort();

@@ -278,9 +278,13 @@ fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// Single-quotes `text` for `sh` when it holds anything but safe characters.
+/// Quotes a word for POSIX `sh`: left alone when it is only characters no shell treats
+/// specially (and does not start with `=`, which zsh expands), else in single quotes, inside
+/// which `sh` reads every character literally; a `'` becomes `'\''`. The one shell quoter of the
+/// harness: install steps, engine commands and the report's reproducers all use it.
 pub fn shell_quote(text: &str) -> String {
     let safe = !text.is_empty()
+        && !text.starts_with('=')
         && text
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
@@ -504,5 +508,9 @@ mod tests {
         assert_eq!(shell_quote("a==1.0"), "a==1.0");
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
         assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("=ls"), "'=ls'");
+        assert_eq!(shell_quote("$(rm -rf /)"), "'$(rm -rf /)'");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("!x^{a,b}~"), "'!x^{a,b}~'");
     }
 }

@@ -7,6 +7,7 @@
 //! Only lines that passed the trigger prefilter get here, so this favours clarity over speed.
 
 use regex::{Regex, RegexSet};
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 /// Longest prefix of a line that is examined; the rest of a longer line is ignored.
@@ -209,6 +210,46 @@ pub(crate) fn display(raw: &[u8]) -> String {
     text
 }
 
+/// `text` without its ANSI escape sequences: CSI (`ESC [` parameters, then a final byte in
+/// `@`..`~`), OSC (`ESC ]` up to BEL or `ESC \`), and any other escape with the character after
+/// it. Every other character is left for the caller to judge (the classifier turns controls into
+/// spaces; a report shows them). The one ANSI stripper of the harness.
+pub(crate) fn strip_ansi(text: &str) -> Cow<'_, str> {
+    if !text.contains('\u{1b}') {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('[') => {
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            Some(']') => {
+                while let Some(c) = chars.next() {
+                    if c == '\u{7}' {
+                        break;
+                    }
+                    if c == '\u{1b}' {
+                        chars.next_if_eq(&'\\');
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// Lossy UTF-8 without the line ending, the last carriage-return redraw only (progress bars),
 /// ANSI escapes and their residue removed, other control characters turned into spaces.
 fn visible(raw: &[u8]) -> String {
@@ -217,33 +258,10 @@ fn visible(raw: &[u8]) -> String {
     if let Some(last) = line.rsplit('\r').find(|segment| !segment.trim().is_empty()) {
         line = last;
     }
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
+    let stripped = strip_ansi(line);
+    let mut out = String::with_capacity(stripped.len());
+    for c in stripped.chars() {
         match c {
-            '\u{1b}' => match chars.next() {
-                // CSI: parameters and intermediates, then one final byte in `@`..`~`.
-                Some('[') => {
-                    for c in chars.by_ref() {
-                        if ('@'..='~').contains(&c) {
-                            break;
-                        }
-                    }
-                }
-                // OSC: up to BEL or ESC `\`.
-                Some(']') => {
-                    while let Some(c) = chars.next() {
-                        if c == '\u{7}' {
-                            break;
-                        }
-                        if c == '\u{1b}' {
-                            chars.next_if_eq(&'\\');
-                            break;
-                        }
-                    }
-                }
-                _ => {}
-            },
             '\t' => out.push('\t'),
             c if c.is_control() => out.push(' '),
             c => out.push(c),
@@ -251,7 +269,7 @@ fn visible(raw: &[u8]) -> String {
     }
     if out.contains('[') {
         if let Some(re) = ANSI_RESIDUE.as_ref() {
-            if let std::borrow::Cow::Owned(replaced) = re.replace_all(&out, "") {
+            if let Cow::Owned(replaced) = re.replace_all(&out, "") {
                 out = replaced;
             }
         }

@@ -24,6 +24,8 @@ mod line;
 mod rules;
 mod scan;
 
+pub(crate) use line::strip_ansi;
+
 pub use classifier::{Classification, Classifier, ClassifyError, Evidence, Verdict};
 pub use fingerprint::fingerprint;
 pub use rules::BUILTIN_RULES;

@@ -3,6 +3,7 @@
 
 mod check;
 mod classify;
+mod compare;
 mod matrix;
 mod plan;
 mod report;
@@ -48,7 +49,7 @@ enum Command {
     /// Render compatibility tables and a dashboard from run folders.
     Report(report::ReportArgs),
     /// Compare two run folders cell by cell: regressed, fixed, still failing, flaky, spurious.
-    Compare(report::CompareArgs),
+    Compare(compare::CompareArgs),
     /// Internal: the guardian that kills a run's cells if the harness dies.
     #[command(name = "__reap", hide = true)]
     Reap {
@@ -89,7 +90,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Run(args) => run::run(args),
         Command::Classify(args) => classify::run(args),
         Command::Report(args) => report::run(args),
-        Command::Compare(args) => report::run_compare(args),
+        Command::Compare(args) => compare::run(args),
         Command::Reap { token } => {
             crate::exec::reaper::serve(&token, std::io::stdin().lock());
             Ok(exit::SUCCESS)

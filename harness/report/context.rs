@@ -1,24 +1,26 @@
-//! The report's view model: everything every format shows, as plain serializable data.
-//!
-//! As crater does for its HTML, the formats (Markdown, CSV, JSON, JUnit, HTML, plots) only lay
-//! this out; decisions (layout, labels, history, what is new tonight, what changed since the
-//! previous run, reproducers, excerpts) are made here, once, and snapshot-tested as JSON.
+//! Builds the report's view model ([`super::view`]) from loaded runs, in named steps: tables,
+//! cell entries (with their history), new fingerprints, changes since the previous run, and what
+//! to plot. Every decision a format shows is made here, once, and snapshot-tested as JSON.
 
 use super::error::ReportError;
 use super::layout::{self, Axis, Layout, value_of};
 use super::load::LoadedRun;
-use super::logs::{self, Excerpt};
-use super::plots::{self, PlotSpec};
-use super::repro::{self, Reproducer};
+use super::logs;
+use super::plots;
+use super::repro;
 use super::text::{self, file_stem, http_link};
-use crate::compare::{self, Comparison, Outcome};
+use super::view::{
+    AxisValue, CellBadge, CellEntry, CellHistory, CellLink, ChangeRow, Changes, Counts, LogRef,
+    NewFingerprint, PivotRow, PivotTable, RecentChange, ReportContext, RunView, StateChange,
+    StateView,
+};
+use crate::compare::{self, Comparison, RunComparison};
 use crate::matrix::template::value_text;
-use crate::record::{CellRecord, ExpectationRef, Metrics, Phase, RunState, Runner, Status};
+use crate::record::{CellRecord, Status};
 use crate::signature::Signature;
 use indexmap::IndexMap;
-use serde::Serialize;
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
 
 /// Options that change what a report shows.
 #[derive(Debug, Clone, Default)]
@@ -30,295 +32,6 @@ pub struct ReportOptions {
     /// Title of the report (default: the matrix file's name).
     pub title: Option<String>,
 }
-
-/// Everything a report shows.
-#[derive(Debug, Clone, Serialize)]
-pub struct ReportContext {
-    pub title: String,
-    pub harness_version: &'static str,
-    /// The runs, oldest first; the last one is tonight's.
-    pub runs: Vec<RunView>,
-    pub axes: Vec<Axis>,
-    pub layout: Layout,
-    /// Axes with one value in tonight's run: said once instead of in every table.
-    pub constant: Vec<AxisValue>,
-    /// Tonight's statuses.
-    pub counts: Counts,
-    /// Cells of tonight's plan with no record (interrupted, or not run yet).
-    pub not_run: Vec<String>,
-    pub tables: Vec<PivotTable>,
-    /// Tonight's cells, in table order.
-    pub cells: Vec<CellEntry>,
-    /// Failure fingerprints tonight that no earlier run had (empty with a single run).
-    pub new_fingerprints: Vec<NewFingerprint>,
-    /// Tonight against the previous run (absent with a single run).
-    pub changes: Option<Changes>,
-    /// Cells whose state changed within the loaded runs, the most recent change first.
-    pub recent_changes: Vec<RecentChange>,
-    pub plots: Vec<PlotSpec>,
-    /// Problems that did not stop the report.
-    pub warnings: Vec<String>,
-}
-
-/// One run, summarised.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunView {
-    pub name: String,
-    pub dir: String,
-    pub started_at: Option<String>,
-    pub finished_at: Option<String>,
-    pub state: Option<RunState>,
-    pub host: Option<String>,
-    pub matrix: Option<String>,
-    pub harness_version: Option<String>,
-    /// Cells in the plan, when the manifest says.
-    pub planned: Option<usize>,
-    /// The run replayed recorded runs (`replay = true` in its matrix): not a live result.
-    pub replay: bool,
-    pub counts: Counts,
-}
-
-/// How many cells had each status.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Counts {
-    pub total: usize,
-    pub pass: usize,
-    pub fail: usize,
-    pub flaky: usize,
-    pub xfail: usize,
-    pub xpass: usize,
-    pub skip: usize,
-    pub error: usize,
-}
-
-impl Counts {
-    pub(crate) fn of<'a>(records: impl IntoIterator<Item = &'a CellRecord>) -> Counts {
-        let mut counts = Counts::default();
-        for record in records {
-            counts.add(record.status);
-        }
-        counts
-    }
-
-    fn add(&mut self, status: Status) {
-        self.total += 1;
-        *self.slot(status) += 1;
-    }
-
-    fn slot(&mut self, status: Status) -> &mut usize {
-        match status {
-            Status::Pass => &mut self.pass,
-            Status::Fail => &mut self.fail,
-            Status::Flaky => &mut self.flaky,
-            Status::Xfail => &mut self.xfail,
-            Status::Xpass => &mut self.xpass,
-            Status::Skip => &mut self.skip,
-            Status::Error => &mut self.error,
-        }
-    }
-
-    pub fn get(&self, status: Status) -> usize {
-        let mut copy = *self;
-        *copy.slot(status)
-    }
-
-    /// `3 ✓ pass · 1 ✗ fail`, statuses with no cell left out.
-    pub fn summary(&self) -> String {
-        let parts: Vec<String> = text::STATUSES
-            .iter()
-            .filter(|s| self.get(**s) > 0)
-            .map(|s| format!("{} {} {}", self.get(*s), text::symbol(*s), text::word(*s)))
-            .collect();
-        if parts.is_empty() {
-            "no cells".to_owned()
-        } else {
-            parts.join(" · ")
-        }
-    }
-}
-
-/// `axis = value`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
-pub struct AxisValue {
-    pub axis: String,
-    pub value: String,
-}
-
-/// One table: rows x columns for one combination of the grouping keys.
-#[derive(Debug, Clone, Serialize)]
-pub struct PivotTable {
-    /// `model = qwen3 · engine = sglang`, or `all cells`.
-    pub title: String,
-    pub group: Vec<AxisValue>,
-    /// Header of the label column: `flashinfer ↓ gpu →`.
-    pub corner: String,
-    pub columns: Vec<String>,
-    pub rows: Vec<PivotRow>,
-    pub counts: Counts,
-}
-
-/// One row of a table; `cells[i]` holds the cells of column `i` (usually one, none where the
-/// matrix has no such combination).
-#[derive(Debug, Clone, Serialize)]
-pub struct PivotRow {
-    pub label: String,
-    pub cells: Vec<Vec<CellBadge>>,
-}
-
-/// A cell as a table shows it.
-#[derive(Debug, Clone, Serialize)]
-pub struct CellBadge {
-    pub id: String,
-    /// The cell's page, relative to the report folder.
-    pub page: String,
-    pub status: Status,
-    pub symbol: &'static str,
-    /// `pass`, the signature of a failure, `xfail <signature>`, `XPASS`...
-    pub label: String,
-    /// The upstream issue of an xfail/xpass (http(s) only).
-    pub link: Option<String>,
-    /// What a reader should know: the xpass note, a skip reason.
-    pub note: Option<String>,
-    /// Against the previous run.
-    pub change: Option<Comparison>,
-}
-
-/// Everything about one of tonight's cells (its page).
-#[derive(Debug, Clone, Serialize)]
-pub struct CellEntry {
-    pub id: String,
-    pub page: String,
-    pub values: Vec<AxisValue>,
-    pub status: Status,
-    pub symbol: &'static str,
-    pub label: String,
-    pub note: Option<String>,
-    pub signature: Option<Signature>,
-    pub phase: Option<Phase>,
-    pub spurious: bool,
-    pub reason: Option<String>,
-    pub expectation: Option<ExpectationRef>,
-    /// The expectation's link when it may be a link (http or https).
-    pub upstream: Option<String>,
-    pub fingerprint: Option<String>,
-    /// The fingerprint is new tonight.
-    pub new_fingerprint: bool,
-    pub line: Option<u64>,
-    pub duration_s: f64,
-    pub attempts: u32,
-    pub metrics: Metrics,
-    pub runner: Runner,
-    pub pins: Vec<String>,
-    pub log: Option<LogRef>,
-    pub excerpt: Option<Excerpt>,
-    pub reproducer: Reproducer,
-    pub history: CellHistory,
-    /// Against the previous run.
-    pub change: Option<Comparison>,
-}
-
-/// Where a cell's full log is, relative to the report folder.
-#[derive(Debug, Clone, Serialize)]
-pub struct LogRef {
-    pub href: String,
-    /// The log in the run folder.
-    #[serde(skip)]
-    pub source: PathBuf,
-    /// Whether the report copies it to `href` (false when the report is the run folder).
-    #[serde(skip)]
-    pub copy: bool,
-}
-
-/// A cell's status and signature in one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct StateView {
-    pub status: Status,
-    pub signature: Option<Signature>,
-}
-
-impl StateView {
-    fn of(record: &CellRecord) -> StateView {
-        StateView {
-            status: record.status,
-            signature: record.signature,
-        }
-    }
-
-    pub fn text(&self) -> String {
-        match self.signature {
-            Some(sig) => format!("{} {sig}", self.status),
-            None => self.status.to_string(),
-        }
-    }
-}
-
-/// A cell across the loaded runs.
-#[derive(Debug, Clone, Serialize)]
-pub struct CellHistory {
-    /// One entry per run (oldest first); `None` where the run has no record of the cell.
-    pub states: Vec<Option<StateView>>,
-    /// The most recent change of state within the loaded runs.
-    pub last_change: Option<StateChange>,
-    /// Runs in a row, ending tonight, with tonight's state.
-    pub same_for: usize,
-}
-
-/// A change of state between two runs that have the cell.
-#[derive(Debug, Clone, Serialize)]
-pub struct StateChange {
-    /// The run where the new state first showed: its name and its place (0 = oldest).
-    pub run: String,
-    pub run_index: usize,
-    pub started_at: Option<String>,
-    pub from: StateView,
-    pub to: StateView,
-}
-
-/// A failure fingerprint seen tonight and in no earlier run.
-#[derive(Debug, Clone, Serialize)]
-pub struct NewFingerprint {
-    pub fingerprint: String,
-    pub signature: Option<Signature>,
-    pub cells: Vec<CellLink>,
-}
-
-/// A cell id with its page.
-#[derive(Debug, Clone, Serialize)]
-pub struct CellLink {
-    pub id: String,
-    pub page: String,
-}
-
-/// Tonight against the previous run.
-#[derive(Debug, Clone, Serialize)]
-pub struct Changes {
-    pub base: String,
-    pub counts: BTreeMap<Comparison, usize>,
-    pub regressions: usize,
-    /// Every cell except those passing on both sides, most urgent first.
-    pub cells: Vec<ChangeRow>,
-}
-
-/// One cell of [`Changes`].
-#[derive(Debug, Clone, Serialize)]
-pub struct ChangeRow {
-    pub id: String,
-    /// The cell's page when tonight has the cell.
-    pub page: Option<String>,
-    pub comparison: Comparison,
-    pub description: &'static str,
-    pub base: Option<Outcome>,
-    pub head: Option<Outcome>,
-}
-
-/// A cell's last change of state, for the history list.
-#[derive(Debug, Clone, Serialize)]
-pub struct RecentChange {
-    pub id: String,
-    pub page: String,
-    pub change: StateChange,
-}
-
 /// The label shown for a record's status: its signature for a failure.
 fn label(record: &CellRecord) -> String {
     let sig = record.signature.map(Signature::as_str);
@@ -381,29 +94,31 @@ pub(crate) fn same_folder(a: &Path, b: &Path) -> bool {
     }
 }
 
-fn log_ref(record: &CellRecord, run: &LoadedRun, in_place: bool) -> Option<LogRef> {
-    let relative = text::inside(&record.log)?;
-    let source = run.dir.join(&relative);
-    if !source.is_file() {
-        return None;
-    }
+/// Where a cell's log is, or why it is refused (see [`logs::locate`]).
+fn log_ref(record: &CellRecord, run: &LoadedRun, in_place: bool) -> Result<Option<LogRef>, String> {
+    let Some(relative) = text::inside(&record.log) else {
+        return Ok(None);
+    };
+    let Some(source) = logs::locate(&run.dir, &relative)? else {
+        return Ok(None);
+    };
     if in_place {
         let href = relative
             .components()
             .map(|c| c.as_os_str().to_string_lossy().into_owned())
             .collect::<Vec<_>>()
             .join("/");
-        return Some(LogRef {
+        return Ok(Some(LogRef {
             href,
             source,
             copy: false,
-        });
+        }));
     }
-    Some(LogRef {
+    Ok(Some(LogRef {
         href: format!("logs/{}.log", file_stem(&record.id)),
         source,
         copy: true,
-    })
+    }))
 }
 
 fn history(id: &str, runs: &[LoadedRun], indexes: &[HashMap<&str, &CellRecord>]) -> CellHistory {
@@ -484,71 +199,99 @@ pub(crate) fn build(
 ) -> Result<ReportContext, ReportError> {
     let tonight = runs.last().ok_or(ReportError::NoRuns)?;
     let records: Vec<&CellRecord> = tonight.records.iter().collect();
-    let plan_keys = tonight
-        .plan
-        .as_ref()
-        .map(|p| p.keys.clone())
-        .unwrap_or_default();
-    let axes = layout::axes(&records, &plan_keys);
+    let axes = layout::axes(&records, &plan_keys(tonight));
     let layout = layout::choose(
         &axes,
         &records,
         options.rows.as_deref(),
         options.cols.as_deref(),
     )?;
-    let axis = |name: &Option<String>| -> Option<&Axis> {
-        name.as_ref()
-            .and_then(|n| axes.iter().find(|a| &a.name == n))
+    let previous = runs.len().checked_sub(2).map(|i| &runs[i]);
+    let comparison = previous.map(|base| compare::compare_runs(&base.records, &tonight.records));
+    let change_of = changes_by_id(&records, comparison.as_ref());
+    let (tables, table_order) = tables(&records, &axes, &layout, &change_of);
+    let new_fingerprints = new_fingerprints(runs, &table_order);
+    let entries = Entries {
+        runs,
+        indexes: runs.iter().map(LoadedRun::index).collect(),
+        is_new: new_fingerprints
+            .iter()
+            .flat_map(|f| f.cells.iter().map(|c| c.id.as_str()))
+            .collect(),
+        change_of: &change_of,
+        in_place: same_folder(out, &tonight.dir),
     };
-    let constant: Vec<AxisValue> = axes
-        .iter()
+    let cells: Vec<CellEntry> = table_order.iter().map(|r| entries.entry(r)).collect();
+    let tonight_ids: HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
+    let mut context = ReportContext {
+        title: options
+            .title
+            .clone()
+            .unwrap_or_else(|| default_title(tonight)),
+        harness_version: env!("CARGO_PKG_VERSION"),
+        runs: runs.iter().map(run_view).collect(),
+        constant: constant(&axes),
+        axes,
+        layout,
+        counts: Counts::of(records.iter().copied()),
+        not_run: not_run(tonight, &tonight_ids),
+        tables,
+        recent_changes: recent_changes(&cells),
+        cells,
+        changes: previous
+            .zip(comparison)
+            .map(|(base, cmp)| changes(base, &cmp, &tonight_ids)),
+        new_fingerprints,
+        plots: Vec::new(),
+        warnings: Vec::new(),
+    };
+    context.warnings = warnings(runs, &records, &context.cells);
+    context.plots = plots::specs(&context);
+    Ok(context)
+}
+
+/// The axes the plan names, in its order (empty without a `plan.json`).
+fn plan_keys(tonight: &LoadedRun) -> Vec<String> {
+    tonight
+        .plan
+        .as_ref()
+        .map(|p| p.keys.clone())
+        .unwrap_or_default()
+}
+
+/// Axes with one (non-empty) value tonight: said once instead of in every table.
+fn constant(axes: &[Axis]) -> Vec<AxisValue> {
+    axes.iter()
         .filter(|a| a.values.len() == 1 && !a.values[0].is_empty())
         .map(|a| AxisValue {
             axis: a.name.clone(),
             value: a.values[0].clone(),
         })
+        .collect()
+}
+
+/// Each of tonight's cells' comparison with the previous run.
+fn changes_by_id<'a>(
+    records: &[&'a CellRecord],
+    comparison: Option<&RunComparison>,
+) -> HashMap<&'a str, Comparison> {
+    let Some(comparison) = comparison else {
+        return HashMap::new();
+    };
+    let by_id: HashMap<&str, Comparison> = comparison
+        .cells
+        .iter()
+        .map(|cell| (cell.id.as_str(), cell.comparison))
         .collect();
+    records
+        .iter()
+        .filter_map(|r| Some((r.id.as_str(), *by_id.get(r.id.as_str())?)))
+        .collect()
+}
 
-    let indexes: Vec<HashMap<&str, &CellRecord>> = runs.iter().map(LoadedRun::index).collect();
-    let changes_cmp = (runs.len() >= 2)
-        .then(|| compare::compare_runs(&runs[runs.len() - 2].records, &tonight.records));
-    let change_of: HashMap<&str, Comparison> = changes_cmp
-        .as_ref()
-        .map(|c| {
-            c.cells
-                .iter()
-                .map(|cell| (cell.id.as_str(), cell.comparison))
-                .collect()
-        })
-        .unwrap_or_default();
-
-    // Tables: one per combination of the grouping keys, in axis order.
-    let position = |name: &str, value: &str| -> usize {
-        axes.iter()
-            .find(|a| a.name == name)
-            .and_then(|a| a.values.iter().position(|v| v == value))
-            .unwrap_or(usize::MAX)
-    };
-    let mut groups: IndexMap<Vec<String>, Vec<&CellRecord>> = IndexMap::new();
-    for record in &records {
-        let key: Vec<String> = layout.groups.iter().map(|g| value_of(record, g)).collect();
-        groups.entry(key).or_default().push(record);
-    }
-    groups.sort_by_cached_key(|key, _| {
-        key.iter()
-            .zip(&layout.groups)
-            .map(|(v, g)| position(g, v))
-            .collect::<Vec<_>>()
-    });
-    let row_axis = axis(&layout.rows);
-    let col_axis = axis(&layout.cols);
-    let corner = match (&layout.rows, &layout.cols) {
-        (Some(r), Some(c)) => format!("{r} ↓ {c} →"),
-        (Some(r), None) => r.clone(),
-        (None, Some(c)) => format!("{c} →"),
-        (None, None) => String::new(),
-    };
-    let badge = |record: &CellRecord| CellBadge {
+/// A cell as a table shows it.
+fn badge(record: &CellRecord, change_of: &HashMap<&str, Comparison>) -> CellBadge {
+    CellBadge {
         id: record.id.clone(),
         page: page_of(&record.id),
         status: record.status,
@@ -557,36 +300,93 @@ pub(crate) fn build(
         link: upstream(record),
         note: note(record),
         change: change_of.get(record.id.as_str()).copied(),
+    }
+}
+
+/// The tables, one per combination of the grouping keys in axis order, and tonight's records in
+/// the order the tables show them (the order of the cell entries).
+fn tables<'a>(
+    records: &[&'a CellRecord],
+    axes: &[Axis],
+    layout: &Layout,
+    change_of: &HashMap<&str, Comparison>,
+) -> (Vec<PivotTable>, Vec<&'a CellRecord>) {
+    let axis = |name: &Option<String>| -> Option<&Axis> {
+        name.as_ref()
+            .and_then(|n| axes.iter().find(|a| &a.name == n))
     };
+    let pivot = Pivot {
+        rows: axis(&layout.rows),
+        cols: axis(&layout.cols),
+        groups: &layout.groups,
+        corner: corner(layout),
+        change_of,
+    };
+    let groups = groups(records, axes, &layout.groups);
     let mut tables = Vec::with_capacity(groups.len());
-    let mut table_order: Vec<&CellRecord> = Vec::with_capacity(records.len());
+    let mut order = Vec::with_capacity(records.len());
     for (key, members) in &groups {
-        let present = |axis: Option<&Axis>| -> Vec<String> {
-            match axis {
-                Some(axis) => {
-                    let here: HashSet<String> =
-                        members.iter().map(|r| value_of(r, &axis.name)).collect();
-                    axis.values
-                        .iter()
-                        .filter(|v| here.contains(*v))
-                        .cloned()
-                        .collect()
-                }
-                None => vec![String::new()],
-            }
-        };
-        let row_values = present(row_axis);
-        let col_values = present(col_axis);
-        let mut slots: HashMap<(String, String), Vec<&CellRecord>> = HashMap::new();
-        for record in members {
-            let r = row_axis
-                .map(|a| value_of(record, &a.name))
-                .unwrap_or_default();
-            let c = col_axis
-                .map(|a| value_of(record, &a.name))
-                .unwrap_or_default();
-            slots.entry((r, c)).or_default().push(record);
-        }
+        tables.push(pivot.table(key, members, &mut order));
+    }
+    (tables, order)
+}
+
+/// Tonight's records by their values of the grouping axes, groups in axis-value order.
+fn groups<'a>(
+    records: &[&'a CellRecord],
+    axes: &[Axis],
+    grouping: &[String],
+) -> IndexMap<Vec<String>, Vec<&'a CellRecord>> {
+    let position = |name: &str, value: &str| -> usize {
+        axes.iter()
+            .find(|a| a.name == name)
+            .and_then(|a| a.values.iter().position(|v| v == value))
+            .unwrap_or(usize::MAX)
+    };
+    let mut groups: IndexMap<Vec<String>, Vec<&CellRecord>> = IndexMap::new();
+    for record in records {
+        let key: Vec<String> = grouping.iter().map(|g| value_of(record, g)).collect();
+        groups.entry(key).or_default().push(record);
+    }
+    groups.sort_by_cached_key(|key, _| {
+        key.iter()
+            .zip(grouping)
+            .map(|(v, g)| position(g, v))
+            .collect::<Vec<_>>()
+    });
+    groups
+}
+
+/// Header of the label column: `flashinfer ↓ gpu →`.
+fn corner(layout: &Layout) -> String {
+    match (&layout.rows, &layout.cols) {
+        (Some(r), Some(c)) => format!("{r} ↓ {c} →"),
+        (Some(r), None) => r.clone(),
+        (None, Some(c)) => format!("{c} →"),
+        (None, None) => String::new(),
+    }
+}
+
+/// What every table shares: the row and column axes, the grouping keys, the corner label.
+struct Pivot<'a> {
+    rows: Option<&'a Axis>,
+    cols: Option<&'a Axis>,
+    groups: &'a [String],
+    corner: String,
+    change_of: &'a HashMap<&'a str, Comparison>,
+}
+
+impl Pivot<'_> {
+    /// The table of one group; its records are appended to `order` as the table shows them.
+    fn table<'r>(
+        &self,
+        key: &[String],
+        members: &[&'r CellRecord],
+        order: &mut Vec<&'r CellRecord>,
+    ) -> PivotTable {
+        let row_values = present(self.rows, members);
+        let col_values = present(self.cols, members);
+        let slots = self.slots(members);
         let mut rows = Vec::with_capacity(row_values.len());
         for r in &row_values {
             let mut cells = Vec::with_capacity(col_values.len());
@@ -595,19 +395,15 @@ pub(crate) fn build(
                     .get(&(r.clone(), c.clone()))
                     .map(Vec::as_slice)
                     .unwrap_or_default();
-                table_order.extend(here.iter().copied());
-                cells.push(here.iter().map(|rec| badge(rec)).collect());
+                order.extend(here.iter().copied());
+                cells.push(here.iter().map(|rec| badge(rec, self.change_of)).collect());
             }
             rows.push(PivotRow {
-                label: if r.is_empty() && row_axis.is_some() {
-                    "(none)".to_owned()
-                } else {
-                    r.clone()
-                },
+                label: axis_label(r, self.rows.is_some()),
                 cells,
             });
         }
-        let group: Vec<AxisValue> = layout
+        let group: Vec<AxisValue> = self
             .groups
             .iter()
             .zip(key)
@@ -616,78 +412,131 @@ pub(crate) fn build(
                 value: value.clone(),
             })
             .collect();
-        let title = if group.is_empty() {
-            "all cells".to_owned()
-        } else {
-            group
-                .iter()
-                .map(|g| format!("{} = {}", g.axis, g.value))
-                .collect::<Vec<_>>()
-                .join(" · ")
-        };
-        tables.push(PivotTable {
-            title,
+        PivotTable {
+            title: group_title(&group),
             group,
-            corner: corner.clone(),
+            corner: self.corner.clone(),
             columns: col_values
                 .iter()
-                .map(|c| {
-                    if col_axis.is_none() {
-                        "status".to_owned()
-                    } else if c.is_empty() {
-                        "(none)".to_owned()
-                    } else {
-                        c.clone()
-                    }
+                .map(|c| match self.cols {
+                    None => "status".to_owned(),
+                    Some(_) => axis_label(c, true),
                 })
                 .collect(),
             rows,
             counts: Counts::of(members.iter().copied()),
-        });
+        }
     }
 
-    // Fingerprints tonight that no earlier run has.
-    let earlier: HashSet<&str> = runs[..runs.len() - 1]
+    /// The group's records by (row value, column value).
+    fn slots<'r>(
+        &self,
+        members: &[&'r CellRecord],
+    ) -> HashMap<(String, String), Vec<&'r CellRecord>> {
+        let of = |axis: Option<&Axis>, record: &CellRecord| {
+            axis.map(|a| value_of(record, &a.name)).unwrap_or_default()
+        };
+        let mut slots: HashMap<(String, String), Vec<&CellRecord>> = HashMap::new();
+        for record in members {
+            let key = (of(self.rows, record), of(self.cols, record));
+            slots.entry(key).or_default().push(record);
+        }
+        slots
+    }
+}
+
+/// The values of `axis` that the group's records have, in axis order (one empty value when
+/// there is no such axis).
+fn present(axis: Option<&Axis>, members: &[&CellRecord]) -> Vec<String> {
+    let Some(axis) = axis else {
+        return vec![String::new()];
+    };
+    let here: HashSet<String> = members.iter().map(|r| value_of(r, &axis.name)).collect();
+    axis.values
+        .iter()
+        .filter(|v| here.contains(*v))
+        .cloned()
+        .collect()
+}
+
+/// A row or column label: `(none)` for a cell with no value of a real axis.
+fn axis_label(value: &str, real_axis: bool) -> String {
+    if value.is_empty() && real_axis {
+        "(none)".to_owned()
+    } else {
+        value.to_owned()
+    }
+}
+
+/// `model = qwen3 · engine = sglang`, or `all cells`.
+fn group_title(group: &[AxisValue]) -> String {
+    if group.is_empty() {
+        return "all cells".to_owned();
+    }
+    group
+        .iter()
+        .map(|g| format!("{} = {}", g.axis, g.value))
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
+/// Fingerprints tonight that no earlier run has, in table order (none with a single run).
+fn new_fingerprints(runs: &[LoadedRun], table_order: &[&CellRecord]) -> Vec<NewFingerprint> {
+    let Some((_, earlier_runs)) = runs.split_last().filter(|(_, earlier)| !earlier.is_empty())
+    else {
+        return Vec::new();
+    };
+    let earlier: HashSet<&str> = earlier_runs
         .iter()
         .flat_map(|r| r.records.iter())
         .filter_map(|r| r.fingerprint.as_deref())
         .collect();
     let mut fresh: IndexMap<&str, NewFingerprint> = IndexMap::new();
-    if runs.len() >= 2 {
-        for record in &table_order {
-            let Some(fp) = record.fingerprint.as_deref() else {
-                continue;
-            };
-            if earlier.contains(fp) {
-                continue;
-            }
-            fresh
-                .entry(fp)
-                .or_insert_with(|| NewFingerprint {
-                    fingerprint: text::one_line(fp),
-                    signature: record.signature,
-                    cells: Vec::new(),
-                })
-                .cells
-                .push(CellLink {
-                    id: record.id.clone(),
-                    page: page_of(&record.id),
-                });
+    for record in table_order {
+        let Some(fp) = record.fingerprint.as_deref() else {
+            continue;
+        };
+        if earlier.contains(fp) {
+            continue;
         }
+        fresh
+            .entry(fp)
+            .or_insert_with(|| NewFingerprint {
+                fingerprint: text::one_line(fp),
+                signature: record.signature,
+                cells: Vec::new(),
+            })
+            .cells
+            .push(CellLink {
+                id: record.id.clone(),
+                page: page_of(&record.id),
+            });
     }
-    let new_fingerprints: Vec<NewFingerprint> = fresh.into_values().collect();
-    let is_new: HashSet<&str> = new_fingerprints
-        .iter()
-        .flat_map(|f| f.cells.iter().map(|c| c.id.as_str()))
-        .collect();
+    fresh.into_values().collect()
+}
 
-    // Cell entries, in table order.
-    let in_place = same_folder(out, &tonight.dir);
-    let mut cells = Vec::with_capacity(table_order.len());
-    for record in &table_order {
-        let log = log_ref(record, tonight, in_place);
+/// What the cell entries are made from, besides the record.
+struct Entries<'a> {
+    runs: &'a [LoadedRun],
+    /// Each run's records by id, for the history.
+    indexes: Vec<HashMap<&'a str, &'a CellRecord>>,
+    /// Cells whose fingerprint is new tonight.
+    is_new: HashSet<&'a str>,
+    change_of: &'a HashMap<&'a str, Comparison>,
+    /// The report is written into tonight's run folder: logs are linked, not copied.
+    in_place: bool,
+}
+
+impl Entries<'_> {
+    /// Everything about one of tonight's cells.
+    fn entry(&self, record: &CellRecord) -> CellEntry {
+        let tonight = &self.runs[self.runs.len() - 1];
+        let (log, log_refused) = match log_ref(record, tonight, self.in_place) {
+            Ok(log) => (log, None),
+            Err(why) => (None, Some(why)),
+        };
         let excerpt = logs::excerpt(record, log.as_ref().map(|l| l.source.as_path()));
-        cells.push(CellEntry {
+        CellEntry {
             id: record.id.clone(),
             page: page_of(&record.id),
             values: record
@@ -709,7 +558,7 @@ pub(crate) fn build(
             expectation: record.expectation.clone(),
             upstream: upstream(record),
             fingerprint: record.fingerprint.clone(),
-            new_fingerprint: is_new.contains(record.id.as_str()),
+            new_fingerprint: self.is_new.contains(record.id.as_str()),
             line: record.line,
             duration_s: record.duration_s,
             attempts: record.attempts,
@@ -717,32 +566,40 @@ pub(crate) fn build(
             runner: record.runner.clone(),
             pins: record.pins.clone(),
             log,
+            log_refused,
             excerpt,
             reproducer: repro::reproducer(record, tonight),
-            history: history(&record.id, runs, &indexes),
-            change: change_of.get(record.id.as_str()).copied(),
-        });
+            history: history(&record.id, self.runs, &self.indexes),
+            change: self.change_of.get(record.id.as_str()).copied(),
+        }
     }
+}
 
-    let mut recent_changes: Vec<(usize, RecentChange)> = cells
+/// Cells whose state changed within the loaded runs, the most recent change first.
+fn recent_changes(cells: &[CellEntry]) -> Vec<RecentChange> {
+    let mut recent: Vec<RecentChange> = cells
         .iter()
         .filter_map(|c| {
-            let change = c.history.last_change.clone()?;
-            Some((
-                change.run_index,
-                RecentChange {
-                    id: c.id.clone(),
-                    page: c.page.clone(),
-                    change,
-                },
-            ))
+            Some(RecentChange {
+                id: c.id.clone(),
+                page: c.page.clone(),
+                change: c.history.last_change.clone()?,
+            })
         })
         .collect();
-    recent_changes.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.id.cmp(&b.1.id)));
+    recent.sort_by(|a, b| {
+        b.change
+            .run_index
+            .cmp(&a.change.run_index)
+            .then_with(|| a.id.cmp(&b.id))
+    });
+    recent
+}
 
-    let tonight_ids: HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
-    let changes = changes_cmp.map(|cmp| Changes {
-        base: runs[runs.len() - 2].name.clone(),
+/// Tonight against `base`, the previous run: every cell except those passing on both sides.
+fn changes(base: &LoadedRun, cmp: &RunComparison, tonight_ids: &HashSet<&str>) -> Changes {
+    Changes {
+        base: base.name.clone(),
         regressions: cmp.regressions(),
         counts: cmp.counts.clone(),
         cells: cmp
@@ -758,22 +615,25 @@ pub(crate) fn build(
                 head: c.head.clone(),
             })
             .collect(),
-    });
+    }
+}
 
-    let not_run: Vec<String> = tonight
-        .plan
-        .as_ref()
-        .map(|p| {
-            p.cells
-                .keys()
-                .filter(|id| !tonight_ids.contains(id.as_str()))
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default();
+/// Cells of tonight's plan with no record (interrupted, or not run yet).
+fn not_run(tonight: &LoadedRun, tonight_ids: &HashSet<&str>) -> Vec<String> {
+    let Some(plan) = tonight.plan.as_ref() else {
+        return Vec::new();
+    };
+    plan.cells
+        .keys()
+        .filter(|id| !tonight_ids.contains(id.as_str()))
+        .cloned()
+        .collect()
+}
 
+/// Problems that did not stop the report: the loader's, and logs a report never reads.
+fn warnings(runs: &[LoadedRun], records: &[&CellRecord], cells: &[CellEntry]) -> Vec<String> {
     let mut warnings: Vec<String> = runs.iter().flat_map(|r| r.warnings.clone()).collect();
-    for record in &records {
+    for record in records {
         if text::inside(&record.log).is_none() && !record.log.is_empty() {
             warnings.push(format!(
                 "cell `{}`: log path `{}` leaves the run folder; not read",
@@ -782,27 +642,13 @@ pub(crate) fn build(
             ));
         }
     }
-
-    let mut context = ReportContext {
-        title: options
-            .title
-            .clone()
-            .unwrap_or_else(|| default_title(tonight)),
-        harness_version: env!("CARGO_PKG_VERSION"),
-        runs: runs.iter().map(run_view).collect(),
-        axes,
-        layout,
-        constant,
-        counts: Counts::of(records.iter().copied()),
-        not_run,
-        tables,
-        cells,
-        new_fingerprints,
-        changes,
-        recent_changes: recent_changes.into_iter().map(|(_, c)| c).collect(),
-        plots: Vec::new(),
-        warnings,
-    };
-    context.plots = plots::specs(&context);
-    Ok(context)
+    for cell in cells {
+        if let Some(why) = &cell.log_refused {
+            warnings.push(format!(
+                "cell `{}`: log not read: {why}",
+                text::one_line(&cell.id)
+            ));
+        }
+    }
+    warnings
 }

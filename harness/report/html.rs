@@ -6,9 +6,10 @@
 //! and from GitHub Pages alike. The only external URLs are expectations' upstream links, as plain
 //! `<a href>` (http and https only).
 
-use super::context::{CellBadge, CellEntry, ReportContext, StateView};
-use super::plots::{self, Chart, PlotSpec};
+use super::plots;
+use super::text::visible;
 use super::text::{self, STATUSES, seconds};
+use super::view::{CellBadge, CellEntry, Chart, PlotSpec, ReportContext, StateView};
 use crate::compare::Comparison;
 use crate::record::Status;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
@@ -325,7 +326,9 @@ pub(crate) fn index(ctx: &ReportContext, svgs: &[Option<String>]) -> String {
             }
         }
     };
-    page.into_string()
+    // Every string from a run folder went through maud's escaping; invisible characters in
+    // any of them are shown, not obeyed (our own markup has none).
+    visible(&page.into_string()).into_owned()
 }
 
 fn metric_row(name: &str, value: Option<String>) -> Markup {
@@ -442,11 +445,16 @@ pub(crate) fn cell_page(ctx: &ReportContext, cell: &CellEntry, full_log: Option<
                             pre.log { (text) }
                         }
                     },
-                    None => p { "No log was found for this cell." },
+                    None => @match &cell.log_refused {
+                        Some(why) => p.refused { "Log not read: " (why) "." },
+                        None => p { "No log was found for this cell." },
+                    },
                 }
                 footer { "gpucompat " (ctx.harness_version) }
             }
         }
     };
-    page.into_string()
+    // Every string from a run folder went through maud's escaping; invisible characters in
+    // any of them are shown, not obeyed (our own markup has none).
+    visible(&page.into_string()).into_owned()
 }

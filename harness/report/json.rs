@@ -3,7 +3,7 @@
 //! The same data every other format lays out (see [`super::ReportContext`]); its shape is what
 //! the report's snapshot tests pin down.
 
-use super::context::ReportContext;
+use super::view::ReportContext;
 
 /// Renders `compat.json`.
 pub(crate) fn render(ctx: &ReportContext) -> Result<Vec<u8>, serde_json::Error> {

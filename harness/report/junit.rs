@@ -10,8 +10,8 @@
 //!
 //! One test suite per table (model, engine); the class name is the table's title.
 
-use super::context::{CellEntry, ReportContext};
-use super::text::XPASS_NOTE;
+use super::text::{XPASS_NOTE, visible};
+use super::view::{CellEntry, ReportContext};
 use crate::record::Status;
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -19,7 +19,7 @@ use std::fmt::Write;
 /// Escapes text for XML 1.0, dropping characters XML cannot hold at all.
 pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
+    for c in visible(text).chars() {
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
@@ -160,7 +160,8 @@ mod tests {
     fn escapes_and_drops_what_xml_cannot_hold() {
         assert_eq!(
             super::escape("<a href=\"x\">&\u{1b}[0m</a>"),
-            "&lt;a href=&quot;x&quot;&gt;&amp;\u{fffd}[0m&lt;/a&gt;"
+            r"&lt;a href=&quot;x&quot;&gt;&amp;\u{1b}[0m&lt;/a&gt;"
         );
+        assert_eq!(super::escape("\u{202e}\u{ffff}"), "\\u{202e}\u{fffd}");
     }
 }

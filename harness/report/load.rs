@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 /// One run folder, read.
 #[derive(Debug, Clone)]
-pub struct LoadedRun {
+pub(crate) struct LoadedRun {
     /// The folder as given.
     pub dir: PathBuf,
     /// Short name for people: the folder's name.
@@ -32,19 +32,19 @@ pub struct LoadedRun {
 }
 
 impl LoadedRun {
-    pub fn started_at(&self) -> Option<&str> {
+    pub(crate) fn started_at(&self) -> Option<&str> {
         self.manifest.as_ref().map(|m| m.started_at.as_str())
     }
 
     /// The record of a cell, by id.
-    pub fn index(&self) -> HashMap<&str, &CellRecord> {
+    pub(crate) fn index(&self) -> HashMap<&str, &CellRecord> {
         self.records.iter().map(|r| (r.id.as_str(), r)).collect()
     }
 }
 
 /// What the reports need from `plan.json`.
 #[derive(Debug, Clone, Default)]
-pub struct PlanInfo {
+pub(crate) struct PlanInfo {
     /// The matrix file as given to `gpucompat run`.
     pub matrix: Option<String>,
     /// Folder the cells' commands ran in.
@@ -57,7 +57,7 @@ pub struct PlanInfo {
 
 /// What the reports need from one cell of `plan.json`.
 #[derive(Debug, Clone, Default)]
-pub struct PlanCell {
+pub(crate) struct PlanCell {
     /// `job` or the server engine's name (`server`, `sglang`, `vllm`, ...).
     pub engine: String,
     /// The job's command, or the server's launch command (may hold `{port}`).
@@ -70,7 +70,7 @@ pub struct PlanCell {
 
 /// Reads run folders, oldest first (by manifest `started_at`; folders without a manifest first,
 /// in the order given).
-pub fn load_runs(dirs: &[PathBuf]) -> Result<Vec<LoadedRun>, ReportError> {
+pub(crate) fn load_runs(dirs: &[PathBuf]) -> Result<Vec<LoadedRun>, ReportError> {
     if dirs.is_empty() {
         return Err(ReportError::NoRuns);
     }
@@ -87,7 +87,7 @@ pub fn load_runs(dirs: &[PathBuf]) -> Result<Vec<LoadedRun>, ReportError> {
 }
 
 /// Reads one run folder.
-pub fn load_run(dir: &Path) -> Result<LoadedRun, ReportError> {
+pub(crate) fn load_run(dir: &Path) -> Result<LoadedRun, ReportError> {
     let shown = dir.display().to_string();
     let results_path = dir.join(RESULTS);
     let manifest_path = dir.join(MANIFEST);

@@ -1,13 +1,18 @@
 //! A cell's log as the report shows it: the lines around the root cause, and a bounded copy of
 //! the whole log for its page. Logs are data: lines are cleaned here and escaped by each format.
+//!
+//! A run folder may come from anywhere (a CI artifact, a colleague's upload), so a log is only
+//! read when it is a regular file inside the folder reached without a symbolic link: a planted
+//! `logs/2.log -> /etc/passwd` would otherwise be published with the report.
 
 use super::text::clean_line;
 use crate::record::{CellRecord, Status};
 use serde::Serialize;
 use std::collections::VecDeque;
-use std::fs::File;
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
-use std::path::Path;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 /// Lines shown before the root-cause line.
 const BEFORE: u64 = 12;
@@ -37,6 +42,51 @@ pub struct ExcerptLine {
     pub text: String,
     /// The root-cause line.
     pub root: bool,
+}
+
+/// The log at `relative` (already known not to climb out) in `run_dir`: `Ok(None)` when there is
+/// none; `Err` says why it is refused: a symbolic link on the way, something other than a regular
+/// file, or a path that resolves outside the run folder.
+pub(crate) fn locate(run_dir: &Path, relative: &Path) -> Result<Option<PathBuf>, String> {
+    let mut path = run_dir.to_path_buf();
+    let mut walked = PathBuf::new();
+    for part in relative.components() {
+        path.push(part);
+        walked.push(part);
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(_) => return Ok(None),
+        };
+        if meta.file_type().is_symlink() {
+            return Err(format!("`{}` is a symbolic link", walked.display()));
+        }
+    }
+    if !fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+        return Err(format!("`{}` is not a regular file", walked.display()));
+    }
+    match (run_dir.canonicalize(), path.canonicalize()) {
+        (Ok(root), Ok(real)) if real.starts_with(&root) => Ok(Some(path)),
+        _ => Err(format!(
+            "`{}` resolves outside the run folder",
+            walked.display()
+        )),
+    }
+}
+
+/// Opens a log for reading without following a symbolic link (one swapped in after [`locate`]
+/// looked is refused by the system).
+pub(crate) fn open(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)
+}
+
+/// Copies a log into the report, reading it as [`open`] does.
+pub(crate) fn copy(from: &Path, to: &Path) -> io::Result<u64> {
+    let mut source = open(from)?;
+    let mut dest = File::create(to)?;
+    io::copy(&mut source, &mut dest)
 }
 
 fn failing(status: Status) -> bool {
@@ -97,7 +147,7 @@ pub(crate) fn excerpt(record: &CellRecord, log: Option<&Path>) -> Option<Excerpt
 fn around(path: &Path, line: u64) -> io::Result<Vec<ExcerptLine>> {
     let first = line.saturating_sub(BEFORE).max(1);
     let last = line.saturating_add(AFTER);
-    let mut reader = BufReader::new(File::open(path)?);
+    let mut reader = BufReader::new(open(path)?);
     let mut buf = Vec::new();
     let mut lines = Vec::new();
     let mut number = 0u64;
@@ -122,7 +172,7 @@ fn around(path: &Path, line: u64) -> io::Result<Vec<ExcerptLine>> {
 }
 
 fn tail(path: &Path) -> io::Result<Vec<ExcerptLine>> {
-    let mut reader = BufReader::new(File::open(path)?);
+    let mut reader = BufReader::new(open(path)?);
     let mut buf = Vec::new();
     let mut ring: VecDeque<ExcerptLine> = VecDeque::with_capacity(TAIL + 1);
     let mut number = 0u64;
@@ -147,7 +197,7 @@ fn tail(path: &Path) -> io::Result<Vec<ExcerptLine>> {
 /// A log for a cell page: whole when at most [`PAGE_MAX`] bytes, else its head and tail with a
 /// note of what was left out. Lines are cleaned; escaping is the page's job.
 pub(crate) fn page_text(path: &Path) -> io::Result<String> {
-    let mut file = File::open(path)?;
+    let mut file = open(path)?;
     let size = file.metadata()?.len();
     let raw = if size <= PAGE_MAX {
         let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));

@@ -3,14 +3,14 @@
 //! Text from run folders is escaped so that it can neither break a table (`|`, line breaks) nor
 //! become markup (`<script>`, `[link](...)`, emphasis).
 
-use super::context::{CellBadge, ReportContext};
 use super::text::{self, STATUSES};
+use super::view::{CellBadge, ReportContext};
 use crate::compare::Comparison;
 use std::fmt::Write;
 
 /// Escapes free text for a Markdown table cell.
 pub(crate) fn escape(text: &str) -> String {
-    let chars: Vec<char> = text.chars().collect();
+    let chars: Vec<char> = text::visible(text).chars().collect();
     let mut out = String::with_capacity(text.len());
     for (i, c) in chars.iter().enumerate() {
         match c {
@@ -154,7 +154,7 @@ pub(crate) fn render(ctx: &ReportContext) -> String {
             ctx.not_run.len()
         );
     }
-    md
+    text::visible(&md).into_owned()
 }
 
 #[cfg(test)]
@@ -172,5 +172,6 @@ mod tests {
         assert_eq!(escape("_x_"), r"\_x\_");
         assert_eq!(escape("a\nb"), "a b");
         assert_eq!(escape("&amp;"), r"\&amp;");
+        assert_eq!(escape("a\u{202e}b"), r"a\\u\{202e\}b");
     }
 }

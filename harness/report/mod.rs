@@ -1,7 +1,8 @@
 //! Reports: compatibility tables, a static dashboard and plots from run folders.
 //!
 //! - [`load`](load_runs): run folders in, ordered by start time (the newest is tonight).
-//! - `context`: the serializable view model every format shows (snapshot-tested).
+//! - `view`: the serializable view model every format shows (snapshot-tested); `context`
+//!   builds it.
 //! - `layout`: which axes become rows, columns and separate tables.
 //! - `markdown`, `csv`, `json`, `junit`, `html`, `plots`: the formats; they only lay out.
 //! - `repro`, `logs`, `text`: reproducer commands, log excerpts, escaping and naming rules.
@@ -21,16 +22,18 @@ mod plots;
 mod render;
 mod repro;
 mod text;
+mod view;
 
-pub use context::{
-    AxisValue, CellBadge, CellEntry, CellHistory, CellLink, ChangeRow, Changes, Counts, LogRef,
-    NewFingerprint, PivotRow, PivotTable, RecentChange, ReportContext, ReportOptions, RunView,
-    StateChange, StateView,
-};
+pub use context::ReportOptions;
 pub use error::ReportError;
 pub use layout::{Axis, AxisKind, Layout};
-pub use load::{LoadedRun, PlanCell, PlanInfo, load_run, load_runs};
+pub(crate) use load::load_run;
 pub use logs::{Excerpt, ExcerptLine};
-pub use plots::{BarSeries, Chart, PlotSpec};
-pub use render::{ReportSummary, build_context, render, render_loaded};
+pub use render::{ReportSummary, build_context, render};
 pub use repro::Reproducer;
+pub(crate) use text::visible;
+pub use view::{
+    AxisValue, BarSeries, CellBadge, CellEntry, CellHistory, CellLink, ChangeRow, Changes, Chart,
+    Counts, LogRef, NewFingerprint, PivotRow, PivotTable, PlotSpec, RecentChange, ReportContext,
+    RunView, StateChange, StateView,
+};

@@ -5,44 +5,11 @@
 //! [`specs`] decides what to plot from the view model (and is snapshot-tested with it); [`draw`]
 //! only draws. Heatmap cells carry the status symbol and signature, not only a color.
 
-use super::context::{CellEntry, ReportContext};
 use super::text::{self, one_line};
+use super::view::{BarSeries, CellEntry, Chart, PlotSpec, ReportContext};
 use crate::record::{Metrics, Status};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use serde::Serialize;
-
-/// One plot: its file under the report folder and what it shows.
-#[derive(Debug, Clone, Serialize)]
-pub struct PlotSpec {
-    /// Relative to the report folder (`plots/heatmap-1.svg`).
-    pub file: String,
-    pub title: String,
-    pub chart: Chart,
-}
-
-/// What a plot draws.
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Chart {
-    /// The statuses of `tables[table]`.
-    Heatmap { table: usize },
-    /// Grouped bars: one group per `groups` value, one bar per series; means over cells.
-    Bars {
-        x_axis: String,
-        series_axis: String,
-        unit: String,
-        groups: Vec<String>,
-        series: Vec<BarSeries>,
-    },
-}
-
-/// One series of a bar chart; `values[i]` belongs to group `i` (`None`: no cell measured it).
-#[derive(Debug, Clone, Serialize)]
-pub struct BarSeries {
-    pub name: String,
-    pub values: Vec<Option<f64>>,
-}
 
 /// Reads one metric of a cell.
 type Metric = fn(&Metrics) -> Option<f64>;

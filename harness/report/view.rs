@@ -1,0 +1,341 @@
+//! The report's view model: everything every format shows, as plain serializable data.
+//!
+//! As crater does for its HTML, the formats (Markdown, CSV, JSON, JUnit, HTML, plots) only lay
+//! this out; `context` makes the decisions (layout, labels, history, what is new tonight, what
+//! changed since the previous run, reproducers, excerpts, what to plot) and fills these types,
+//! which are snapshot-tested as JSON. This module holds data only, so every format and the
+//! builder depend on it and it depends on none of them.
+
+use super::layout::{Axis, Layout};
+use super::logs::Excerpt;
+use super::repro::Reproducer;
+use super::text;
+use crate::compare::{Comparison, Outcome};
+use crate::record::{CellRecord, ExpectationRef, Metrics, Phase, RunState, Runner, Status};
+use crate::signature::Signature;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Everything a report shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReportContext {
+    pub title: String,
+    pub harness_version: &'static str,
+    /// The runs, oldest first; the last one is tonight's.
+    pub runs: Vec<RunView>,
+    pub axes: Vec<Axis>,
+    pub layout: Layout,
+    /// Axes with one value in tonight's run: said once instead of in every table.
+    pub constant: Vec<AxisValue>,
+    /// Tonight's statuses.
+    pub counts: Counts,
+    /// Cells of tonight's plan with no record (interrupted, or not run yet).
+    pub not_run: Vec<String>,
+    pub tables: Vec<PivotTable>,
+    /// Tonight's cells, in table order.
+    pub cells: Vec<CellEntry>,
+    /// Failure fingerprints tonight that no earlier run had (empty with a single run).
+    pub new_fingerprints: Vec<NewFingerprint>,
+    /// Tonight against the previous run (absent with a single run).
+    pub changes: Option<Changes>,
+    /// Cells whose state changed within the loaded runs, the most recent change first.
+    pub recent_changes: Vec<RecentChange>,
+    pub plots: Vec<PlotSpec>,
+    /// Problems that did not stop the report.
+    pub warnings: Vec<String>,
+}
+
+/// One run, summarised.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunView {
+    pub name: String,
+    pub dir: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub state: Option<RunState>,
+    pub host: Option<String>,
+    pub matrix: Option<String>,
+    pub harness_version: Option<String>,
+    /// Cells in the plan, when the manifest says.
+    pub planned: Option<usize>,
+    /// The run replayed recorded runs (`replay = true` in its matrix): not a live result.
+    pub replay: bool,
+    pub counts: Counts,
+}
+
+/// How many cells had each status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub total: usize,
+    pub pass: usize,
+    pub fail: usize,
+    pub flaky: usize,
+    pub xfail: usize,
+    pub xpass: usize,
+    pub skip: usize,
+    pub error: usize,
+}
+
+impl Counts {
+    pub(crate) fn of<'a>(records: impl IntoIterator<Item = &'a CellRecord>) -> Counts {
+        let mut counts = Counts::default();
+        for record in records {
+            counts.add(record.status);
+        }
+        counts
+    }
+
+    fn add(&mut self, status: Status) {
+        self.total += 1;
+        *self.slot(status) += 1;
+    }
+
+    fn slot(&mut self, status: Status) -> &mut usize {
+        match status {
+            Status::Pass => &mut self.pass,
+            Status::Fail => &mut self.fail,
+            Status::Flaky => &mut self.flaky,
+            Status::Xfail => &mut self.xfail,
+            Status::Xpass => &mut self.xpass,
+            Status::Skip => &mut self.skip,
+            Status::Error => &mut self.error,
+        }
+    }
+
+    pub fn get(&self, status: Status) -> usize {
+        let mut copy = *self;
+        *copy.slot(status)
+    }
+
+    /// `3 ✓ pass · 1 ✗ fail`, statuses with no cell left out.
+    pub fn summary(&self) -> String {
+        let parts: Vec<String> = text::STATUSES
+            .iter()
+            .filter(|s| self.get(**s) > 0)
+            .map(|s| format!("{} {} {}", self.get(*s), text::symbol(*s), text::word(*s)))
+            .collect();
+        if parts.is_empty() {
+            "no cells".to_owned()
+        } else {
+            parts.join(" · ")
+        }
+    }
+}
+
+/// `axis = value`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct AxisValue {
+    pub axis: String,
+    pub value: String,
+}
+
+/// One table: rows x columns for one combination of the grouping keys.
+#[derive(Debug, Clone, Serialize)]
+pub struct PivotTable {
+    /// `model = qwen3 · engine = sglang`, or `all cells`.
+    pub title: String,
+    pub group: Vec<AxisValue>,
+    /// Header of the label column: `flashinfer ↓ gpu →`.
+    pub corner: String,
+    pub columns: Vec<String>,
+    pub rows: Vec<PivotRow>,
+    pub counts: Counts,
+}
+
+/// One row of a table; `cells[i]` holds the cells of column `i` (usually one, none where the
+/// matrix has no such combination).
+#[derive(Debug, Clone, Serialize)]
+pub struct PivotRow {
+    pub label: String,
+    pub cells: Vec<Vec<CellBadge>>,
+}
+
+/// A cell as a table shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct CellBadge {
+    pub id: String,
+    /// The cell's page, relative to the report folder.
+    pub page: String,
+    pub status: Status,
+    pub symbol: &'static str,
+    /// `pass`, the signature of a failure, `xfail <signature>`, `XPASS`...
+    pub label: String,
+    /// The upstream issue of an xfail/xpass (http(s) only).
+    pub link: Option<String>,
+    /// What a reader should know: the xpass note, a skip reason.
+    pub note: Option<String>,
+    /// Against the previous run.
+    pub change: Option<Comparison>,
+}
+
+/// Everything about one of tonight's cells (its page).
+#[derive(Debug, Clone, Serialize)]
+pub struct CellEntry {
+    pub id: String,
+    pub page: String,
+    pub values: Vec<AxisValue>,
+    pub status: Status,
+    pub symbol: &'static str,
+    pub label: String,
+    pub note: Option<String>,
+    pub signature: Option<Signature>,
+    pub phase: Option<Phase>,
+    pub spurious: bool,
+    pub reason: Option<String>,
+    pub expectation: Option<ExpectationRef>,
+    /// The expectation's link when it may be a link (http or https).
+    pub upstream: Option<String>,
+    pub fingerprint: Option<String>,
+    /// The fingerprint is new tonight.
+    pub new_fingerprint: bool,
+    pub line: Option<u64>,
+    pub duration_s: f64,
+    pub attempts: u32,
+    pub metrics: Metrics,
+    pub runner: Runner,
+    pub pins: Vec<String>,
+    pub log: Option<LogRef>,
+    /// Why the cell's log was not read (a symbolic link, or a path out of the run folder).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_refused: Option<String>,
+    pub excerpt: Option<Excerpt>,
+    pub reproducer: Reproducer,
+    pub history: CellHistory,
+    /// Against the previous run.
+    pub change: Option<Comparison>,
+}
+
+/// Where a cell's full log is, relative to the report folder.
+#[derive(Debug, Clone, Serialize)]
+pub struct LogRef {
+    pub href: String,
+    /// The log in the run folder.
+    #[serde(skip)]
+    pub source: PathBuf,
+    /// Whether the report copies it to `href` (false when the report is the run folder).
+    #[serde(skip)]
+    pub copy: bool,
+}
+
+/// A cell's status and signature in one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StateView {
+    pub status: Status,
+    pub signature: Option<Signature>,
+}
+
+impl StateView {
+    pub(crate) fn of(record: &CellRecord) -> StateView {
+        StateView {
+            status: record.status,
+            signature: record.signature,
+        }
+    }
+
+    pub fn text(&self) -> String {
+        match self.signature {
+            Some(sig) => format!("{} {sig}", self.status),
+            None => self.status.to_string(),
+        }
+    }
+}
+
+/// A cell across the loaded runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct CellHistory {
+    /// One entry per run (oldest first); `None` where the run has no record of the cell.
+    pub states: Vec<Option<StateView>>,
+    /// The most recent change of state within the loaded runs.
+    pub last_change: Option<StateChange>,
+    /// Runs in a row, ending tonight, with tonight's state.
+    pub same_for: usize,
+}
+
+/// A change of state between two runs that have the cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct StateChange {
+    /// The run where the new state first showed: its name and its place (0 = oldest).
+    pub run: String,
+    pub run_index: usize,
+    pub started_at: Option<String>,
+    pub from: StateView,
+    pub to: StateView,
+}
+
+/// A failure fingerprint seen tonight and in no earlier run.
+#[derive(Debug, Clone, Serialize)]
+pub struct NewFingerprint {
+    pub fingerprint: String,
+    pub signature: Option<Signature>,
+    pub cells: Vec<CellLink>,
+}
+
+/// A cell id with its page.
+#[derive(Debug, Clone, Serialize)]
+pub struct CellLink {
+    pub id: String,
+    pub page: String,
+}
+
+/// Tonight against the previous run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Changes {
+    pub base: String,
+    pub counts: BTreeMap<Comparison, usize>,
+    pub regressions: usize,
+    /// Every cell except those passing on both sides, most urgent first.
+    pub cells: Vec<ChangeRow>,
+}
+
+/// One cell of [`Changes`].
+#[derive(Debug, Clone, Serialize)]
+pub struct ChangeRow {
+    pub id: String,
+    /// The cell's page when tonight has the cell.
+    pub page: Option<String>,
+    pub comparison: Comparison,
+    pub description: &'static str,
+    pub base: Option<Outcome>,
+    pub head: Option<Outcome>,
+}
+
+/// A cell's last change of state, for the history list.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecentChange {
+    pub id: String,
+    pub page: String,
+    pub change: StateChange,
+}
+
+/// One plot: its file under the report folder and what it shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlotSpec {
+    /// Relative to the report folder (`plots/heatmap-1.svg`).
+    pub file: String,
+    pub title: String,
+    pub chart: Chart,
+}
+
+/// What a plot draws.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Chart {
+    /// The statuses of `tables[table]`.
+    Heatmap { table: usize },
+    /// Grouped bars: one group per `groups` value, one bar per series; means over cells.
+    Bars {
+        x_axis: String,
+        series_axis: String,
+        unit: String,
+        groups: Vec<String>,
+        series: Vec<BarSeries>,
+    },
+}
+
+/// One series of a bar chart; `values[i]` belongs to group `i` (`None`: no cell measured it).
+#[derive(Debug, Clone, Serialize)]
+pub struct BarSeries {
+    pub name: String,
+    pub values: Vec<Option<f64>>,
+}
