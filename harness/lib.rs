@@ -25,6 +25,7 @@
 //! - [`cli`]: the command line; each subcommand is a thin wrapper over the modules above.
 //! - [`errors`]: exit codes and the error type the command line prints.
 
+pub mod bisect;
 pub mod classify;
 pub mod cli;
 pub mod compare;
