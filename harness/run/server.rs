@@ -7,6 +7,9 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep};
 
 pub fn client() -> reqwest::Client {
+    // reqwest is built with rustls and no default crypto provider (for the bisect's HTTPS index
+    // client): one must be installed before any client is built. A second install is a no-op.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(Duration::from_secs(5))
