@@ -13,7 +13,7 @@
 //! the reduction, exactly as a pass would, but it is never taken as proof: the result is
 //! called minimal only when removing each of its bumps was seen to pass.
 //!
-//! Like [`super::search`], a state machine: [`Ddmin::next`] says which subset to test,
+//! Like [`super::search`], a state machine: [`Ddmin::next_step`] says which subset to test,
 //! [`Ddmin::record`] takes the verdict.
 
 use super::search::{Probe, Slot, Step, Verdict};
@@ -78,7 +78,7 @@ impl Ddmin {
 
     /// The next subset to test, or how the attribution ended. Advances past tests already
     /// settled (a subset met twice is tested once).
-    pub fn next(&mut self) -> Step<Vec<usize>, DdOutcome> {
+    pub fn next_step(&mut self) -> Step<Vec<usize>, DdOutcome> {
         loop {
             match &mut self.phase {
                 Phase::Ends => {
@@ -206,7 +206,7 @@ mod tests {
         let mut dd = Ddmin::new(bumps, retries);
         let mut runs = 0;
         loop {
-            match dd.next() {
+            match dd.next_step() {
                 Step::Done(outcome) => return (outcome, runs),
                 Step::Probe(Probe { key, attempt }) => {
                     runs += 1;

@@ -122,7 +122,7 @@ enum Search {
         candidates: Vec<(String, Cell)>,
     },
     Attribution {
-        chosen: Cell,
+        chosen: Box<Cell>,
         base: PinSet,
         head: PinSet,
         bumps: Vec<Bump>,
@@ -388,7 +388,7 @@ async fn prepare(request: &Request, source: &MatrixSource) -> Result<Prepared, B
             let chosen_id = chosen.id.to_string();
             Ok((
                 Search::Attribution {
-                    chosen,
+                    chosen: Box::new(chosen),
                     base,
                     head,
                     bumps,
@@ -825,7 +825,7 @@ impl Driver {
     ) -> Result<bool, BisectError> {
         let mut search = VersionSearch::new(candidates.len(), retries);
         let outcome = loop {
-            match search.next() {
+            match search.next_step() {
                 Step::Done(outcome) => break outcome,
                 Step::Probe(Probe { key, attempt }) => {
                     if stop() {
@@ -928,7 +928,7 @@ impl Driver {
             set.iter().map(|&i| bumps[i].package.clone()).collect()
         };
         let outcome = loop {
-            match dd.next() {
+            match dd.next_step() {
                 Step::Done(outcome) => break outcome,
                 Step::Probe(Probe { key, attempt }) => {
                     if stop() {

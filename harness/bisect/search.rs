@@ -1,7 +1,7 @@
 //! The version search, pure: which value to probe next, and what the probes so far prove.
 //!
 //! Candidates are indices `0..n` in version order; `0` is the good end, `n - 1` the bad end.
-//! The search is a state machine ([`VersionSearch::next`] says what to probe,
+//! The search is a state machine ([`VersionSearch::next_step`] says what to probe,
 //! [`VersionSearch::record`] takes the verdict) so the async driver and the property tests drive
 //! the same code, and nothing here knows about processes or files.
 //!
@@ -130,7 +130,7 @@ impl VersionSearch {
     }
 
     /// The next probe, or how the search ended.
-    pub fn next(&self) -> Step<usize, Outcome> {
+    pub fn next_step(&self) -> Step<usize, Outcome> {
         let n = self.slots.len();
         match self.end(n - 1) {
             Err(probe) => return Step::Probe(probe),
@@ -216,7 +216,7 @@ mod tests {
         let mut search = VersionSearch::new(n, retries);
         let mut runs = 0;
         loop {
-            match search.next() {
+            match search.next_step() {
                 Step::Done(outcome) => return (outcome, runs),
                 Step::Probe(Probe { key, attempt }) => {
                     runs += 1;
@@ -246,10 +246,16 @@ mod tests {
     #[test]
     fn ends_are_checked_first_bad_end_before_good_end() {
         let search = VersionSearch::new(10, 1);
-        assert_eq!(search.next(), Step::Probe(Probe { key: 9, attempt: 1 }));
+        assert_eq!(
+            search.next_step(),
+            Step::Probe(Probe { key: 9, attempt: 1 })
+        );
         let mut search = search;
         search.record(9, Verdict::Bad);
-        assert_eq!(search.next(), Step::Probe(Probe { key: 0, attempt: 1 }));
+        assert_eq!(
+            search.next_step(),
+            Step::Probe(Probe { key: 0, attempt: 1 })
+        );
     }
 
     #[test]
