@@ -22,9 +22,12 @@
 //! - [`report`]: compatibility tables (Markdown, CSV, JSON, JUnit), the static HTML dashboard and
 //!   SVG plots from run folders, with history across nightlies; one serializable view model.
 //! - [`compare`]: a baseline run against a candidate, cell by cell, in one exhaustive rule table.
+//! - [`bisect`]: `gpucompat bisect`: the first bad version of an axis, or the bumped packages
+//!   that break a cell (ddmin), each probe a real cell run through [`run`]; `bisect.json`.
 //! - [`cli`]: the command line; each subcommand is a thin wrapper over the modules above.
 //! - [`errors`]: exit codes and the error type the command line prints.
 
+pub mod bisect;
 pub mod classify;
 pub mod cli;
 pub mod compare;
@@ -33,6 +36,7 @@ pub mod digest;
 pub mod engines;
 pub mod errors;
 pub mod exec;
+mod http;
 pub mod inventory;
 pub mod matrix;
 pub mod provision;

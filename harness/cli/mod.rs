@@ -1,6 +1,7 @@
 //! The command line. Each subcommand lives in its own file and is a thin wrapper over the library:
 //! it parses arguments, calls one operation, prints, and returns an exit code.
 
+mod bisect;
 mod check;
 mod classify;
 mod compare;
@@ -50,6 +51,8 @@ enum Command {
     Report(report::ReportArgs),
     /// Compare two run folders cell by cell: regressed, fixed, still failing, flaky, spurious.
     Compare(compare::CompareArgs),
+    /// Find the first bad version of an axis, or the bumped packages that break a cell.
+    Bisect(bisect::BisectArgs),
     /// Internal: the guardian that kills a run's cells if the harness dies.
     #[command(name = "__reap", hide = true)]
     Reap {
@@ -91,6 +94,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Classify(args) => classify::run(args),
         Command::Report(args) => report::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Bisect(args) => bisect::run(args),
         Command::Reap { token } => {
             crate::exec::reaper::serve(&token, std::io::stdin().lock());
             Ok(exit::SUCCESS)

@@ -78,7 +78,7 @@ fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
-fn default_cache_dir() -> PathBuf {
+pub(super) fn default_cache_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("GPUCOMPAT_CACHE_DIR") {
         return PathBuf::from(dir);
     }

@@ -10,7 +10,7 @@ use tokio::time::{Instant, sleep};
 /// goes through a proxy (`HTTP_PROXY` and the like are for the cells' downloads). There is no
 /// fallback client: one built without `no_proxy` would send loopback traffic to a proxy.
 pub(crate) fn client() -> Result<reqwest::Client, reqwest::Error> {
-    reqwest::Client::builder()
+    crate::http::builder()
         .no_proxy()
         .connect_timeout(Duration::from_secs(5))
         .build()

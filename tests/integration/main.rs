@@ -2,6 +2,7 @@
 
 mod util;
 
+mod bisect;
 mod classify;
 mod demo;
 mod engines;
