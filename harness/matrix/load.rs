@@ -9,12 +9,13 @@
 //! per distinct value, so the cost per cell is building its values, id and rendered strings.
 
 use super::expand::{self, Combination, Source};
-use super::raw::{self, RawFile, RawMatrix, Sp, Span, did_you_mean};
+use super::raw::{self, RawFile, RawMatrix, Sp, Span};
 use super::template::{Template, field, value_text};
 use super::{gpus, ids};
 use crate::diag::{self, Diagnostic};
 use crate::digest::sha256_hex;
 use crate::matrix::plan::*;
+use crate::suggest::did_you_mean;
 use crate::record::{ExpectationRef, Values};
 use pep440_rs::{Version, VersionSpecifiers};
 use serde_json::Value;

@@ -6,6 +6,9 @@
 
 use crate::diag::Diagnostic;
 use crate::signature::Signature;
+use crate::suggest::did_you_mean;
+use serde::Deserialize as _;
+use serde::de::IntoDeserializer as _;
 use std::ops::Range;
 use std::time::Duration;
 use toml::Spanned;
@@ -400,7 +403,7 @@ impl Walker<'_> {
     fn matrix_value(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<Value>> {
         let value = match item.get_ref() {
             DeValue::String(s) => Value::String(s.to_string()),
-            DeValue::Integer(i) => Value::from(self.integer(i, item.span())?),
+            DeValue::Integer(_) => Value::from(self.integer(item)?),
             DeValue::Boolean(b) => Value::Bool(*b),
             DeValue::Table(table) => {
                 // Check every field, so each bad one is reported.
@@ -448,21 +451,17 @@ impl Walker<'_> {
         Some(Sp::new(value, item.span()))
     }
 
-    fn integer(&mut self, i: &toml::de::DeInteger<'_>, span: Span) -> Option<i64> {
-        let text = i.as_str().replace('_', "");
-        let (digits, radix) = match i.radix() {
-            10 => (text.as_str(), 10),
-            radix => (&text[2.min(text.len())..], radix),
-        };
-        match i64::from_str_radix(digits, radix) {
-            Ok(n) => Some(n),
-            Err(err) => {
-                self.problems.push(
-                    Diagnostic::error(format!("invalid integer: {err}"), Some(span)).label("here"),
-                );
-                None
-            }
+    /// An integer as the TOML library reads it: every base (`0x`, `0o`, `0b`), underscores, a
+    /// sign. Only a value beyond 64 bits is refused (the one way the conversion can fail).
+    fn integer(&mut self, item: &Item<'_>) -> Option<i64> {
+        let n = i64::deserialize(item.clone().into_deserializer());
+        if n.is_err() {
+            self.problems.push(
+                Diagnostic::error("integer out of range", Some(item.span()))
+                    .label("expected a whole number from -9223372036854775808 to 9223372036854775807"),
+            );
         }
+        n.ok()
     }
 
     fn common(&mut self, table: &DeTable<'_>, section: &str) -> RawCommon {
@@ -684,8 +683,8 @@ impl Walker<'_> {
                 .required_string(table, "signature", "[[rules]]", entry.span())
                 .and_then(|name| self.signature_name(name));
             let precedence = table.get("precedence").and_then(|v| match v.get_ref() {
-                DeValue::Integer(i) => {
-                    let n = self.integer(i, v.span())?;
+                DeValue::Integer(_) => {
+                    let n = self.integer(v)?;
                     let fits = i32::try_from(n).ok();
                     if fits.is_none() {
                         self.problems.push(
@@ -820,8 +819,8 @@ impl Walker<'_> {
     /// A non-negative integer that fits in u32.
     fn count(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<u32>> {
         match item.get_ref() {
-            DeValue::Integer(i) => {
-                let n = self.integer(i, item.span())?;
+            DeValue::Integer(_) => {
+                let n = self.integer(item)?;
                 match u32::try_from(n) {
                     Ok(n) => Some(Sp::new(n, item.span())),
                     Err(_) => {
@@ -955,16 +954,6 @@ fn command_written(table: &DeTable<'_>) -> bool {
     table
         .keys()
         .any(|key| did_you_mean(key.get_ref(), &["command"]).is_some())
-}
-
-/// The closest candidate, when it is close enough to be a likely typo.
-pub(crate) fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    candidates
-        .iter()
-        .map(|c| (strsim::jaro_winkler(word, c), *c))
-        .filter(|(score, _)| *score > 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, c)| c)
 }
 
 /// The last line of a multi-line error (regex errors end with the one that says what is wrong).
