@@ -41,8 +41,6 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
-    #[error("matrix file `{path}` is not valid UTF-8")]
-    Encoding { path: String },
     #[error("{}", diag::render(path, text, diagnostics).trim_end())]
     Invalid {
         path: String,
@@ -57,7 +55,6 @@ impl LoadError {
         match self {
             LoadError::Invalid { .. } => self.to_string(),
             LoadError::Read { source, .. } => format!("error: {self}: {source}"),
-            LoadError::Encoding { .. } => format!("error: {self}"),
         }
     }
 }
@@ -87,12 +84,27 @@ fn read(path: &Path) -> Result<(String, String, PathBuf), LoadError> {
         path: name.clone(),
         source,
     })?;
-    let text = String::from_utf8(bytes).map_err(|_| LoadError::Encoding { path: name.clone() })?;
+    let text = String::from_utf8(bytes).map_err(|err| not_utf8(&name, &err))?;
     let dir = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     };
     Ok((name, text, dir))
+}
+
+/// A file that is not UTF-8, pointed at its first bad byte (shown as `\u{FFFD}`).
+fn not_utf8(name: &str, err: &std::string::FromUtf8Error) -> LoadError {
+    let text = String::from_utf8_lossy(err.as_bytes()).into_owned();
+    let at = err.utf8_error().valid_up_to();
+    LoadError::Invalid {
+        path: name.to_owned(),
+        diagnostics: vec![
+            Diagnostic::error("the matrix file is not valid UTF-8", Some(at..at + '\u{FFFD}'.len_utf8()))
+                .label("not UTF-8")
+                .help("TOML files are UTF-8; save the file with that encoding"),
+        ],
+        text,
+    }
 }
 
 /// Validates matrix text; `path` and `dir` only end up in the plan, `name` in messages.

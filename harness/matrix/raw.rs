@@ -142,6 +142,10 @@ pub(crate) struct RawRule {
     pub(crate) hint: Option<String>,
 }
 
+/// The longest duration a file may set (`timeout`, `no-progress`, `ready-timeout`): longer is a
+/// typo, and far longer would overflow the runner's clock arithmetic mid-run.
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+
 const TOP_KEYS: &[&str] = &[
     "name",
     "description",
@@ -199,11 +203,9 @@ pub(crate) fn parse(source: &str, problems: &mut Vec<Diagnostic>) -> Option<RawF
     let mut syntax: Vec<Diagnostic> = errors
         .iter()
         .map(|err| {
-            Diagnostic::error(
-                format!("invalid TOML: {}", err.message().trim()),
-                err.span(),
-            )
-            .label("here")
+            let message = err.message().trim();
+            let span = err.span().or_else(|| locate(source, message));
+            Diagnostic::error(format!("invalid TOML: {message}"), span).label("here")
         })
         .collect();
     let mut found = Vec::new();
@@ -231,6 +233,31 @@ pub(crate) fn parse(source: &str, problems: &mut Vec<Diagnostic>) -> Option<RawF
             .filter(|diag| line(diag).is_some_and(|at| !bad_lines.contains(&at))),
     );
     None
+}
+
+/// The line of a syntax error the parser reports without a place (a dotted key past its
+/// recursion limit): the first line whose prefix of the file gets that error, found by bisection
+/// (errors on a line never depend on the lines after it).
+fn locate(source: &str, message: &str) -> Option<Span> {
+    let ends: Vec<usize> = source
+        .match_indices('\n')
+        .map(|(at, _)| at + 1)
+        .chain((!source.ends_with('\n')).then_some(source.len()))
+        .collect();
+    let fails = |lines: usize| {
+        let prefix = &source[..ends[lines - 1]];
+        DeTable::parse_recoverable(prefix)
+            .1
+            .iter()
+            .any(|err| err.span().is_none() && err.message().trim() == message)
+    };
+    // Smallest number of lines whose text fails.
+    let lines: Vec<usize> = (1..=ends.len()).collect();
+    let count = *lines.get(lines.partition_point(|&n| !fails(n)))?;
+    let start = if count == 1 { 0 } else { ends[count - 2] };
+    let line = source[start..ends[count - 1]].trim_end();
+    let indent = line.len() - line.trim_start().len();
+    Some(start + indent..start + line.len())
 }
 
 /// 0-based line of a byte offset.
@@ -402,13 +429,16 @@ impl Walker<'_> {
     /// A matrix value: string, integer, boolean or table of those.
     fn matrix_value(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<Value>> {
         let value = match item.get_ref() {
-            DeValue::String(s) => Value::String(s.to_string()),
+            DeValue::String(s) => Value::String(self.text(s, item.span(), what)?.value),
             DeValue::Integer(_) => Value::from(self.integer(item)?),
             DeValue::Boolean(b) => Value::Bool(*b),
             DeValue::Table(table) => {
                 // Check every field, so each bad one is reported.
                 let mut map = Some(serde_json::Map::new());
                 for (key, value) in table {
+                    if self.text(key.get_ref(), key.span(), what).is_none() {
+                        map = None;
+                    }
                     match self.matrix_value(value, what) {
                         Some(inner) => {
                             if let Some(map) = &mut map {
@@ -764,7 +794,7 @@ impl Walker<'_> {
 
     fn string(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<String>> {
         match item.get_ref() {
-            DeValue::String(s) => Some(Sp::new(s.to_string(), item.span())),
+            DeValue::String(s) => self.text(s, item.span(), what),
             _ => {
                 self.type_error(item, what, "a string");
                 None
@@ -794,7 +824,7 @@ impl Walker<'_> {
     /// A string, or an array of strings.
     fn string_list(&mut self, item: &Item<'_>, what: &str) -> Vec<Sp<String>> {
         match item.get_ref() {
-            DeValue::String(s) => vec![Sp::new(s.to_string(), item.span())],
+            DeValue::String(s) => self.text(s, item.span(), what).into_iter().collect(),
             DeValue::Array(items) => items
                 .iter()
                 .filter_map(|entry| self.string(entry, what))
@@ -804,6 +834,20 @@ impl Walker<'_> {
                 Vec::new()
             }
         }
+    }
+
+    /// A string of the file. Strings become commands, arguments, environment variables and
+    /// cell values, none of which can hold a NUL: refused here, not when a cell runs.
+    fn text(&mut self, text: &str, span: Span, what: &str) -> Option<Sp<String>> {
+        if text.contains('\0') {
+            self.problems.push(
+                Diagnostic::error(format!("{what} contains a NUL character"), Some(span))
+                    .label("a process cannot be given NUL in a command, argument or variable")
+                    .help("remove the `\\u0000` escape"),
+            );
+            return None;
+        }
+        Some(Sp::new(text.to_owned(), span))
     }
 
     fn boolean(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<bool>> {
@@ -845,7 +889,7 @@ impl Walker<'_> {
     /// An integer, or a template string that renders to one per cell (`tp = "{tp}"`).
     fn int_or_template(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<String>> {
         match item.get_ref() {
-            DeValue::String(s) => Some(Sp::new(s.to_string(), item.span())),
+            DeValue::String(s) => self.text(s, item.span(), what),
             DeValue::Integer(_) => self
                 .count(item, what)
                 .map(|n| Sp::new(n.value.to_string(), n.span)),
@@ -863,6 +907,14 @@ impl Walker<'_> {
                 self.problems.push(
                     Diagnostic::error(format!("{what} must be longer than zero"), Some(text.span))
                         .label("zero"),
+                );
+                None
+            }
+            Ok(d) if d > MAX_DURATION => {
+                self.problems.push(
+                    Diagnostic::error(format!("{what} is longer than 30 days"), Some(text.span))
+                        .label("at most 30 days")
+                        .help("a deadline this long is a typo; write e.g. \"90m\" or \"12h\""),
                 );
                 None
             }
