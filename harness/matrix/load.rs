@@ -1582,3 +1582,42 @@ fn inner_span(text: &str, field: &Sp<String>, at: std::ops::Range<usize>) -> Spa
         _ => span,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_that_is_not_utf8_is_located_at_its_first_bad_byte() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("m.toml");
+        std::fs::write(&path, b"[matrix]\nn = [\"a\xff\"]\n").expect("write");
+        let err = load(&path).expect_err("not UTF-8");
+        let LoadError::Invalid { diagnostics, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(diagnostics.len(), 1);
+        assert_eq!(diagnostics[0].span, Some(16..19));
+        let rendered = err.render();
+        assert!(rendered.contains("m.toml:2:8"), "{rendered}");
+        assert!(rendered.contains("not valid UTF-8"), "{rendered}");
+    }
+
+    #[test]
+    fn integers_in_every_base_reach_the_cells() {
+        let text = "engine = \"job\"\n[matrix]\nn = [0x1234, 0o17, 0b101, -1_000]\n\
+                    [job]\ncommand = \"echo {n}\"\n[server]\nmax-tokens = 0x10\n";
+        let loaded = from_str("m.toml", text, Path::new("m.toml"), Path::new("."))
+            .unwrap_or_else(|err| panic!("{}", err.render()));
+        let commands: Vec<String> = loaded
+            .plan
+            .cells
+            .iter()
+            .map(|cell| match &cell.engine {
+                Engine::Job { command } => command.clone(),
+                Engine::Server(_) => panic!("a job"),
+            })
+            .collect();
+        assert_eq!(commands, ["echo 4660", "echo 15", "echo 5", "echo -1000"]);
+    }
+}

@@ -1023,3 +1023,301 @@ fn source_like(value: &DeValue<'_>) -> String {
         _ => "...".to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Every form a TOML value can take, and what the matrix front end makes of it. The contract:
+    //! matrix values are strings, integers, booleans or tables of those; every other form (floats,
+    //! dates and times, arrays inside an axis) is refused with an error located at the value.
+
+    use super::*;
+    use serde_json::json;
+
+    fn parsed(source: &str) -> (Option<RawFile>, Vec<Diagnostic>) {
+        let mut problems = Vec::new();
+        let file = parse(source, &mut problems);
+        (file, problems)
+    }
+
+    /// The values of axis `n = [...]` written as `values`, and the problems found.
+    fn axis(values: &str) -> (Vec<Value>, Vec<Diagnostic>) {
+        let (file, problems) = parsed(&format!("[matrix]\nn = [{values}]\n"));
+        let matrix = file.and_then(|f| f.matrix).expect("a [matrix] table");
+        let values = matrix.axes[0].1.iter().map(|v| v.value.clone()).collect();
+        (values, problems)
+    }
+
+    /// The text of the file a diagnostic points at.
+    fn pointed<'s>(source: &'s str, diag: &Diagnostic) -> &'s str {
+        &source[diag.span.clone().expect("a located problem")]
+    }
+
+    #[test]
+    fn integers_in_every_base() {
+        let (values, problems) = axis(
+            "0x1234, 0xff, 0xDEAD_beef, 0o17, 0o7_7, 0b101, 0b1_0, 1_000, -5, +7, 0, -0, +0",
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        let expected = [
+            0x1234, 0xff, 0xdead_beef, 0o17, 0o77, 0b101, 0b10, 1000, -5, 7, 0, 0, 0,
+        ];
+        assert_eq!(values, expected.map(|n: i64| json!(n)));
+    }
+
+    #[test]
+    fn integers_at_the_64_bit_limits() {
+        let (values, problems) = axis(
+            "9223372036854775807, -9223372036854775808, 0x7FFF_FFFF_FFFF_FFFF",
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(values, [json!(i64::MAX), json!(i64::MIN), json!(i64::MAX)]);
+    }
+
+    #[test]
+    fn an_integer_beyond_64_bits_is_refused_where_written() {
+        let source = "[matrix]\nn = [1, 9223372036854775808, 0xFFFF_FFFF_FFFF_FFFF]\n";
+        let (_, problems) = parsed(source);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(problems[0].message, "integer out of range");
+        assert_eq!(pointed(source, &problems[0]), "9223372036854775808");
+        assert_eq!(pointed(source, &problems[1]), "0xFFFF_FFFF_FFFF_FFFF");
+    }
+
+    #[test]
+    fn counts_and_integer_settings_in_any_base() {
+        let source = "[matrix]\nn = [1]\n[server]\nmax-tokens = 0x10\ntp = 0b10\nworkers = 0o3\n\
+                      [retry]\ncount = 1_0\n[[rules]]\npattern = \"x\"\nsignature = \"oom\"\n\
+                      precedence = -16\n";
+        let (file, problems) = parsed(source);
+        assert!(problems.is_empty(), "{problems:?}");
+        let file = file.expect("valid");
+        let server = file.server.expect("[server]");
+        assert_eq!(server.max_tokens.map(|n| n.value), Some(16));
+        assert_eq!(server.tp.map(|n| n.value), Some("2".to_owned()));
+        assert_eq!(server.workers.map(|n| n.value), Some("3".to_owned()));
+        assert_eq!(file.retry.and_then(|r| r.count).map(|n| n.value), Some(10));
+        assert_eq!(file.rules[0].precedence, -16);
+    }
+
+    #[test]
+    fn a_negative_count_is_refused_where_written() {
+        let source = "[matrix]\nn = [1]\n[server]\nmax-tokens = -1_6\n";
+        let (_, problems) = parsed(source);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].message, "max-tokens in [server]: -16 is out of range");
+        assert_eq!(pointed(source, &problems[0]), "-1_6");
+    }
+
+    #[test]
+    fn a_signed_hex_octal_or_binary_integer_is_a_located_syntax_error() {
+        for (i, written) in ["-0x10", "+0o7", "-0b1"].into_iter().enumerate() {
+            let source = format!("[matrix]\nn = [{written}]\n");
+            let (file, problems) = parsed(&source);
+            assert!(file.is_none(), "{i}");
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert!(
+                problems[0].message.contains("integers with a radix cannot be signed"),
+                "{problems:?}"
+            );
+            assert_eq!(problems[0].span.as_ref().map(|s| s.start), Some(14));
+        }
+    }
+
+    #[test]
+    fn floats_of_every_form_are_refused_where_written() {
+        let floats = [
+            "3.10", "-2.5", "1e3", "6.02E+23", "1.5e-3", "inf", "+inf", "-inf", "nan", "+nan",
+            "-nan", "1_000.5",
+        ];
+        let source = format!("[matrix]\nn = [\"ok\", {}]\n", floats.join(", "));
+        let (file, problems) = parsed(&source);
+        assert_eq!(problems.len(), floats.len(), "{problems:?}");
+        for (diag, float) in problems.iter().zip(floats) {
+            assert_eq!(
+                diag.message,
+                "axis `n`: floats are not allowed as matrix values"
+            );
+            assert_eq!(pointed(&source, diag), float);
+        }
+        let matrix = file.and_then(|f| f.matrix).expect("[matrix]");
+        assert_eq!(matrix.axes[0].1.len(), 1, "only the string is kept");
+        assert!(matrix.incomplete);
+    }
+
+    #[test]
+    fn dates_and_times_are_refused_where_written() {
+        let dates = [
+            "1979-05-27T07:32:00Z",
+            "1979-05-27T00:32:00.999999-07:00",
+            "1979-05-27 07:32:00",
+            "1979-05-27T07:32:00",
+            "1979-05-27",
+            "07:32:00",
+        ];
+        let source = format!("[matrix]\nn = [{}]\n", dates.join(", "));
+        let (_, problems) = parsed(&source);
+        assert_eq!(problems.len(), dates.len(), "{problems:?}");
+        for (diag, date) in problems.iter().zip(dates) {
+            assert_eq!(
+                diag.message,
+                "axis `n`: a value must be a string, integer, boolean or table, found datetime"
+            );
+            assert_eq!(pointed(&source, diag), date);
+        }
+    }
+
+    #[test]
+    fn strings_of_every_form() {
+        let (values, problems) = axis(r#""basic \u00e9 \t", 'literal \n', """multi
+line""", '''raw
+lines'''"#);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(
+            values,
+            [
+                json!("basic é \t"),
+                json!("literal \\n"),
+                json!("multi\nline"),
+                json!("raw\nlines")
+            ]
+        );
+    }
+
+    #[test]
+    fn booleans_and_inline_tables_are_values() {
+        let (values, problems) =
+            axis(r#"true, false, { name = "llama", tp = 0x2, opts = { fp8 = true } }"#);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(
+            values,
+            [
+                json!(true),
+                json!(false),
+                json!({ "name": "llama", "tp": 2, "opts": { "fp8": true } })
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_field_of_a_table_value_is_refused_where_written() {
+        let source = "[matrix]\nn = [{ a = 1, b = 2.5, c = { d = 1979-05-27 } }]\n";
+        let (_, problems) = parsed(source);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(pointed(source, &problems[0]), "2.5");
+        assert_eq!(pointed(source, &problems[1]), "1979-05-27");
+    }
+
+    #[test]
+    fn nested_arrays_are_refused_where_written() {
+        let source = "[matrix]\nn = [1, [2, 3], [[4]], []]\n";
+        let (_, problems) = parsed(source);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        for (diag, text) in problems.iter().zip(["[2, 3]", "[[4]]", "[]"]) {
+            assert_eq!(
+                diag.message,
+                "axis `n`: a value must be a string, integer, boolean or table, found array"
+            );
+            assert_eq!(pointed(source, diag), text);
+        }
+    }
+
+    #[test]
+    fn include_as_an_array_of_tables_or_inline() {
+        let headers = "[matrix]\nn = [1]\n[[matrix.include]]\nn = 0x1\nextra = \"a\"\n\
+                       [[matrix.include]]\nn = 2\n";
+        let inline = "[matrix]\nn = [1]\ninclude = [{ n = 0x1, extra = \"a\" }, { n = 2 }]\n";
+        for source in [headers, inline] {
+            let (file, problems) = parsed(source);
+            assert!(problems.is_empty(), "{problems:?}");
+            let include = file.and_then(|f| f.matrix).expect("[matrix]").include;
+            let plain: Vec<Vec<(String, Value)>> = include
+                .iter()
+                .map(|e| {
+                    e.value
+                        .iter()
+                        .map(|(k, v)| (k.value.clone(), v.value.clone()))
+                        .collect()
+                })
+                .collect();
+            assert_eq!(
+                plain,
+                [
+                    vec![("n".to_owned(), json!(1)), ("extra".to_owned(), json!("a"))],
+                    vec![("n".to_owned(), json!(2))]
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn an_include_entry_that_is_not_a_table_is_refused_where_written() {
+        let source = "[matrix]\nn = [1]\ninclude = [{ n = 1 }, 3, [\"x\"]]\n";
+        let (_, problems) = parsed(source);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(pointed(source, &problems[0]), "3");
+        assert_eq!(pointed(source, &problems[1]), "[\"x\"]");
+    }
+
+    #[test]
+    fn durations_longer_than_30_days_are_refused_where_written() {
+        for key in ["timeout", "no-progress", "ready-timeout"] {
+            let source = format!(
+                "[matrix]\nn = [1]\n[server]\n{key} = \"500000000000y\"\n"
+            );
+            let (_, problems) = parsed(&source);
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert_eq!(
+                problems[0].message,
+                format!("{key} in [server] is longer than 30 days")
+            );
+            assert_eq!(pointed(&source, &problems[0]), "\"500000000000y\"");
+        }
+        let source = "[matrix]\nn = [1]\n[job]\ncommand = \"x\"\ntimeout = \"30days\"\n";
+        let (_, problems) = parsed(source);
+        assert!(problems.is_empty(), "exactly 30 days is allowed: {problems:?}");
+    }
+
+    #[test]
+    fn a_nul_in_any_string_is_refused_where_written() {
+        let source = "[matrix]\nn = [\"a\\u0000\", { k = \"\\u0000\" }]\n[env]\nX = \"a\\u0000b\"\n\
+                      [job]\ncommand = \"x\\u0000\"\n";
+        let (_, problems) = parsed(source);
+        let located: Vec<(&str, &str)> = problems
+            .iter()
+            .map(|d| (d.message.as_str(), pointed(source, d)))
+            .collect();
+        assert_eq!(
+            located,
+            [
+                ("axis `n` contains a NUL character", "\"a\\u0000\""),
+                ("axis `n` contains a NUL character", "\"\\u0000\""),
+                ("X in [env] contains a NUL character", "\"a\\u0000b\""),
+                ("command in [job] contains a NUL character", "\"x\\u0000\""),
+            ]
+        );
+    }
+
+    #[test]
+    fn syntax_errors_without_a_place_are_located() {
+        let key = vec!["a"; 90].join(".");
+        let source = format!("[matrix]\nn = [1]\n  {key} = 1\n[job]\n");
+        let (file, problems) = parsed(&source);
+        assert!(file.is_none());
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].message, "invalid TOML: recursion limit");
+        assert_eq!(pointed(&source, &problems[0]), format!("{key} = 1"));
+    }
+
+    #[test]
+    fn nesting_too_deep_is_located() {
+        let source = format!("[matrix]\nn = {}{}\n", "[".repeat(100), "]".repeat(100));
+        let (file, problems) = parsed(&source);
+        assert!(file.is_none());
+        assert!(
+            problems
+                .iter()
+                .all(|d| d.span.as_ref().is_some_and(|s| s.start > 9)),
+            "{problems:?}"
+        );
+    }
+}
