@@ -15,7 +15,9 @@ pub mod ids;
 mod load;
 mod plan;
 mod raw;
+mod render;
 pub mod template;
+mod validate;
 
 pub use load::{
     DEFAULT_NO_PROGRESS, DEFAULT_TIMEOUT, LoadError, Loaded, from_str, load, load_for_inspection,

@@ -487,8 +487,9 @@ impl Walker<'_> {
         let n = i64::deserialize(item.clone().into_deserializer());
         if n.is_err() {
             self.problems.push(
-                Diagnostic::error("integer out of range", Some(item.span()))
-                    .label("expected a whole number from -9223372036854775808 to 9223372036854775807"),
+                Diagnostic::error("integer out of range", Some(item.span())).label(
+                    "expected a whole number from -9223372036854775808 to 9223372036854775807",
+                ),
             );
         }
         n.ok()
@@ -1054,21 +1055,31 @@ mod tests {
 
     #[test]
     fn integers_in_every_base() {
-        let (values, problems) = axis(
-            "0x1234, 0xff, 0xDEAD_beef, 0o17, 0o7_7, 0b101, 0b1_0, 1_000, -5, +7, 0, -0, +0",
-        );
+        let (values, problems) =
+            axis("0x1234, 0xff, 0xDEAD_beef, 0o17, 0o7_7, 0b101, 0b1_0, 1_000, -5, +7, 0, -0, +0");
         assert!(problems.is_empty(), "{problems:?}");
         let expected = [
-            0x1234, 0xff, 0xdead_beef, 0o17, 0o77, 0b101, 0b10, 1000, -5, 7, 0, 0, 0,
+            0x1234,
+            0xff,
+            0xdead_beef,
+            0o17,
+            0o77,
+            0b101,
+            0b10,
+            1000,
+            -5,
+            7,
+            0,
+            0,
+            0,
         ];
         assert_eq!(values, expected.map(|n: i64| json!(n)));
     }
 
     #[test]
     fn integers_at_the_64_bit_limits() {
-        let (values, problems) = axis(
-            "9223372036854775807, -9223372036854775808, 0x7FFF_FFFF_FFFF_FFFF",
-        );
+        let (values, problems) =
+            axis("9223372036854775807, -9223372036854775808, 0x7FFF_FFFF_FFFF_FFFF");
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(values, [json!(i64::MAX), json!(i64::MIN), json!(i64::MAX)]);
     }
@@ -1104,7 +1115,10 @@ mod tests {
         let source = "[matrix]\nn = [1]\n[server]\nmax-tokens = -1_6\n";
         let (_, problems) = parsed(source);
         assert_eq!(problems.len(), 1, "{problems:?}");
-        assert_eq!(problems[0].message, "max-tokens in [server]: -16 is out of range");
+        assert_eq!(
+            problems[0].message,
+            "max-tokens in [server]: -16 is out of range"
+        );
         assert_eq!(pointed(source, &problems[0]), "-1_6");
     }
 
@@ -1116,7 +1130,9 @@ mod tests {
             assert!(file.is_none(), "{i}");
             assert_eq!(problems.len(), 1, "{problems:?}");
             assert!(
-                problems[0].message.contains("integers with a radix cannot be signed"),
+                problems[0]
+                    .message
+                    .contains("integers with a radix cannot be signed"),
                 "{problems:?}"
             );
             assert_eq!(problems[0].span.as_ref().map(|s| s.start), Some(14));
@@ -1168,9 +1184,11 @@ mod tests {
 
     #[test]
     fn strings_of_every_form() {
-        let (values, problems) = axis(r#""basic \u00e9 \t", 'literal \n', """multi
+        let (values, problems) = axis(
+            r#""basic \u00e9 \t", 'literal \n', """multi
 line""", '''raw
-lines'''"#);
+lines'''"#,
+        );
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(
             values,
@@ -1261,9 +1279,7 @@ lines'''"#);
     #[test]
     fn durations_longer_than_30_days_are_refused_where_written() {
         for key in ["timeout", "no-progress", "ready-timeout"] {
-            let source = format!(
-                "[matrix]\nn = [1]\n[server]\n{key} = \"500000000000y\"\n"
-            );
+            let source = format!("[matrix]\nn = [1]\n[server]\n{key} = \"500000000000y\"\n");
             let (_, problems) = parsed(&source);
             assert_eq!(problems.len(), 1, "{problems:?}");
             assert_eq!(
@@ -1274,7 +1290,10 @@ lines'''"#);
         }
         let source = "[matrix]\nn = [1]\n[job]\ncommand = \"x\"\ntimeout = \"30days\"\n";
         let (_, problems) = parsed(source);
-        assert!(problems.is_empty(), "exactly 30 days is allowed: {problems:?}");
+        assert!(
+            problems.is_empty(),
+            "exactly 30 days is allowed: {problems:?}"
+        );
     }
 
     #[test]
