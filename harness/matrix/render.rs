@@ -4,7 +4,7 @@
 use super::expand::{Combination, Source};
 use super::gpus;
 use super::load::{DEFAULT_NO_PROGRESS, DEFAULT_TIMEOUT, Purpose, RUNTIME_KEYS};
-use super::raw::{self, RawFile, RawMatrix, Sp, Span};
+use super::raw::{self, RawFile, RawMatrix, RawServer, Sp, Span};
 use super::template::{Template, value_text};
 use super::validate::{Checker, inner_span};
 use crate::diag::Diagnostic;
@@ -391,6 +391,31 @@ impl Checker<'_, '_> {
         templates: &Templates<'_>,
         cx: &CellContext<'_, '_>,
     ) -> Option<(Engine, Option<&'r raw::RawCommon>)> {
+        let name = match self.engine_name(raw, templates, cx)? {
+            Chosen::Named(name) => name,
+            Chosen::Nothing => {
+                let command = String::new();
+                return Some((Engine::Job { command }, None));
+            }
+        };
+        if name == "job" {
+            return self.job_engine(raw, templates, cx);
+        }
+        let kind = self.server_kind(raw, &name, cx)?;
+        let server = raw.server.as_ref();
+        let spec = self.server_spec(raw, templates, cx, kind)?;
+        self.check_server_regexes(server, &spec)?;
+        self.check_launchable(raw, cx, &spec)?;
+        Some((Engine::Server(Box::new(spec)), server.map(|s| &s.common)))
+    }
+
+    /// The engine `engine` names for this cell, or the one implied by `[job]` or `[server]`.
+    fn engine_name(
+        &mut self,
+        raw: &RawFile,
+        templates: &Templates<'_>,
+        cx: &CellContext<'_, '_>,
+    ) -> Option<Chosen> {
         let name = match templates.get(&raw.engine) {
             Some(t) => cx.render(t),
             None => match (&raw.job, &raw.server) {
@@ -408,53 +433,69 @@ impl Checker<'_, '_> {
                     let help = "add `[job]` with `command = \"...\"` (exit 0 = pass)";
                     if self.purpose == Purpose::Inspect {
                         self.push_once(Diagnostic::warning(message, None).help(help));
-                        let command = String::new();
-                        return Some((Engine::Job { command }, None));
+                        return Some(Chosen::Nothing);
                     }
                     self.push_once(Diagnostic::error(message, None).help(help));
                     return None;
                 }
             },
         };
-        if name == "job" {
-            let Some(job) = &raw.job else {
-                self.push_once(
-                    Diagnostic::error(
-                        "engine `job` needs a `[job]` table",
-                        raw.engine.as_ref().map(|e| e.span.clone()),
-                    )
-                    .label(format!("cell `{}` uses engine `job`", cx.id))
-                    .help("add `[job]` with `command = \"...\"` (exit 0 = pass)"),
-                );
-                return None;
-            };
-            let Some(command) = templates.get(&job.command) else {
-                if job.command_written {
-                    // Wrong type or misspelled: reported where it is written.
-                    return None;
-                }
-                self.push_once(
-                    Diagnostic::error("`[job]` needs `command`", Some(job.span.clone()))
-                        .label("no command")
-                        .help("add `command = \"sh smoke.sh {flashinfer}\"` (run with `sh -c`; exit 0 = pass)"),
-                );
-                return None;
-            };
-            let rendered = cx.render(command);
-            if rendered.trim().is_empty() && self.purpose != Purpose::Inspect {
-                // An empty command would exit 0: a typo in an `include` must not turn a cell green.
-                self.push_once(
-                    Diagnostic::error(
-                        format!("the command of cell `{}` is empty", cx.id),
-                        Some(command.field.span.clone()),
-                    )
-                    .label("renders to nothing for this cell")
-                    .help("every cell needs a command to run; check the keys this template uses (`gpucompat matrix expand` shows each cell's values)"),
-                );
+        Some(Chosen::Named(name))
+    }
+
+    /// A `[job]` cell: its command, rendered.
+    fn job_engine<'r>(
+        &mut self,
+        raw: &'r RawFile,
+        templates: &Templates<'_>,
+        cx: &CellContext<'_, '_>,
+    ) -> Option<(Engine, Option<&'r raw::RawCommon>)> {
+        let Some(job) = &raw.job else {
+            self.push_once(
+                Diagnostic::error(
+                    "engine `job` needs a `[job]` table",
+                    raw.engine.as_ref().map(|e| e.span.clone()),
+                )
+                .label(format!("cell `{}` uses engine `job`", cx.id))
+                .help("add `[job]` with `command = \"...\"` (exit 0 = pass)"),
+            );
+            return None;
+        };
+        let Some(command) = templates.get(&job.command) else {
+            if job.command_written {
+                // Wrong type or misspelled: reported where it is written.
                 return None;
             }
-            return Some((Engine::Job { command: rendered }, Some(&job.common)));
+            self.push_once(
+                Diagnostic::error("`[job]` needs `command`", Some(job.span.clone()))
+                    .label("no command")
+                    .help("add `command = \"sh smoke.sh {flashinfer}\"` (run with `sh -c`; exit 0 = pass)"),
+            );
+            return None;
+        };
+        let rendered = cx.render(command);
+        if rendered.trim().is_empty() && self.purpose != Purpose::Inspect {
+            // An empty command would exit 0: a typo in an `include` must not turn a cell green.
+            self.push_once(
+                Diagnostic::error(
+                    format!("the command of cell `{}` is empty", cx.id),
+                    Some(command.field.span.clone()),
+                )
+                .label("renders to nothing for this cell")
+                .help("every cell needs a command to run; check the keys this template uses (`gpucompat matrix expand` shows each cell's values)"),
+            );
+            return None;
         }
+        return Some((Engine::Job { command: rendered }, Some(&job.common)));
+    }
+
+    /// The server engine an engine name stands for.
+    fn server_kind(
+        &mut self,
+        raw: &RawFile,
+        name: &str,
+        cx: &CellContext<'_, '_>,
+    ) -> Option<ServerKind> {
         let Some(kind) = ServerKind::NAMES
             .iter()
             .find(|(n, _)| *n == name)
@@ -467,12 +508,23 @@ impl Checker<'_, '_> {
                 raw.engine.as_ref().map(|e| e.span.clone()),
             )
             .label(format!("engines: {} (cell `{}`)", names.join(", "), cx.id));
-            if let Some(near) = did_you_mean(&name, &names) {
+            if let Some(near) = did_you_mean(name, &names) {
                 diag = diag.help(format!("did you mean `{near}`?"));
             }
             self.push_once(diag);
             return None;
         };
+        Some(kind)
+    }
+
+    /// `[server]` rendered for this cell.
+    fn server_spec(
+        &mut self,
+        raw: &RawFile,
+        templates: &Templates<'_>,
+        cx: &CellContext<'_, '_>,
+        kind: ServerKind,
+    ) -> Option<ServerSpec> {
         let server = raw.server.as_ref();
         let render = |field: Option<&Option<Sp<String>>>| -> Option<String> {
             let t = templates.get(field?)?;
@@ -525,6 +577,15 @@ impl Checker<'_, '_> {
             expect: render(server.map(|s| &s.expect)),
             workers,
         };
+        Some(spec)
+    }
+
+    /// `ready-line` and `expect` must be regexes once rendered.
+    fn check_server_regexes(
+        &mut self,
+        server: Option<&RawServer>,
+        spec: &ServerSpec,
+    ) -> Option<()> {
         for (field, text) in [
             (server.and_then(|s| s.ready_line.as_ref()), &spec.ready_line),
             (server.and_then(|s| s.expect.as_ref()), &spec.expect),
@@ -539,9 +600,19 @@ impl Checker<'_, '_> {
                 }
             }
         }
-        // What the runner would do with these settings must work for every cell: an engine that
-        // cannot be launched is bad input now, not an infrastructure error at run time.
-        if let Err(err) = crate::engines::resolve(&spec) {
+        Some(())
+    }
+
+    /// What the runner would do with these settings must work for every cell: an engine that
+    /// cannot be launched is bad input now, not an infrastructure error at run time.
+    fn check_launchable(
+        &mut self,
+        raw: &RawFile,
+        cx: &CellContext<'_, '_>,
+        spec: &ServerSpec,
+    ) -> Option<()> {
+        let server = raw.server.as_ref();
+        if let Err(err) = crate::engines::resolve(spec) {
             let inspect = self.purpose == Purpose::Inspect;
             let new = if inspect {
                 Diagnostic::warning
@@ -562,6 +633,13 @@ impl Checker<'_, '_> {
                 return None;
             }
         }
-        Some((Engine::Server(Box::new(spec)), server.map(|s| &s.common)))
+        Some(())
     }
+}
+
+/// What a cell's engine is, before its settings are rendered.
+enum Chosen {
+    Named(String),
+    /// No `[job]`, `[server]` or `engine` in a file loaded for inspection: a job that runs nothing.
+    Nothing,
 }
