@@ -486,7 +486,7 @@ impl Checker<'_, '_> {
             );
             return None;
         }
-        return Some((Engine::Job { command: rendered }, Some(&job.common)));
+        Some((Engine::Job { command: rendered }, Some(&job.common)))
     }
 
     /// The server engine an engine name stands for.
