@@ -3,8 +3,8 @@
 //! Codemap (data flows top to bottom; `ARCHITECTURE.md` has the long form):
 //!
 //! - [`matrix`]: matrix files. `raw` walks the TOML with spans, `expand` applies GitHub Actions'
-//!   include/exclude rules, `load` validates everything into a [`matrix::Plan`] of cells. No I/O
-//!   besides reading the file.
+//!   include/exclude rules, `load` validates (`validate`) and renders (`render`) everything into a
+//!   [`matrix::Plan`] of cells. No I/O besides reading the file.
 //! - [`diag`]: renders problems in files as `--> file:line:col` with a caret.
 //! - `suggest`: the one did-you-mean (likely typos of keys, names, ids).
 //! - [`digest`]: short sha256 hex names (cache folders, environments, ids).

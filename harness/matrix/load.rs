@@ -1,6 +1,7 @@
-//! Stage two: validate the raw file and build the [`Plan`].
+//! Stage two: validate the raw file and build the [`Plan`], in named steps (see [`build`]): the
+//! checks live in `validate`, per-cell rendering in `render`.
 //!
-//! Every check here records a [`Diagnostic`] and carries on, so one `gpucompat check` shows all
+//! Every check records a [`Diagnostic`] and carries on, so one `gpucompat check` shows all
 //! the problems of a file. Per-cell problems (a template that renders to a bad GPU spec, a value
 //! that is not a version) are reported once per place in the file, naming the first cell.
 //!

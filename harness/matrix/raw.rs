@@ -1,8 +1,10 @@
 //! Stage one: a mirror of the matrix file with a byte span on everything a user can get wrong.
 //!
-//! The file is parsed with toml's recoverable parser and walked by hand instead of through serde,
-//! so that *every* problem (syntax, unknown keys, wrong types, bad durations) is collected with its
-//! span in one pass; serde stops at the first error and loses the position of most of them.
+//! The file is parsed with toml's recoverable parser (every syntax error, a span on every key and
+//! value) and its tree walked here instead of deserialized whole, so that *every* problem (syntax,
+//! unknown keys, wrong types, bad durations) is collected with its span in one pass; serde over the
+//! whole file stops at the first error. Leaves are still converted by the library (an integer in
+//! any base goes through toml's own deserializer), so nothing of TOML is re-implemented here.
 
 use crate::diag::Diagnostic;
 use crate::signature::Signature;
