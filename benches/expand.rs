@@ -5,7 +5,8 @@
 //! The file has ten axes (five of two values, five of five: 100,000 combinations), an `exclude`
 //! entry, `include` entries that add keys to many cells and one that adds a new cell, templates in
 //! `[resources]`, `[job]` and `[env]` (with a `{key.field}`), `[packages]` pins and `[[expect]]`
-//! rules with PEP 440 ranges: every stage of the loader has work to do.
+//! rules with PEP 440 ranges: every stage of the loader has work to do. Last, 300 cells with
+//! 1,000 and 3,000 include entries that each add a key to every cell (linear, not quadratic).
 
 #![expect(clippy::print_stdout, reason = "a benchmark prints its numbers")]
 
@@ -83,6 +84,41 @@ fn main() {
         &with_specific,
         cells,
     );
+
+    // Many include entries that each add a key to every cell: `check` must stay linear in what
+    // they add (it once compared each added key with every key added before it).
+    for entries in [1_000, 3_000] {
+        let text = wide_includes_text(entries);
+        let loaded = time(|| {
+            let loaded =
+                matrix::from_str("wide.toml", &text, Path::new("wide.toml"), Path::new("."));
+            black_box(loaded.map(|l| l.plan.cells.len()).unwrap_or(0))
+        });
+        report(
+            &format!(
+                "matrix::from_str, 300 cells and {entries} include entries adding a key to each"
+            ),
+            &loaded,
+            300,
+        );
+    }
+}
+
+/// 300 cells (30 x 10) and `entries` include entries, each adding its own key to every cell.
+fn wide_includes_text(entries: usize) -> String {
+    let mut text = String::from("[job]\ncommand = \"echo {a} {b}\"\n\n[matrix]\n");
+    let a: Vec<String> = (0..30).map(|i| format!("\"a{i}\"")).collect();
+    let b: Vec<String> = (0..10).map(|i| i.to_string()).collect();
+    text.push_str(&format!(
+        "a = [{}]\nb = [{}]\ninclude = [\n",
+        a.join(", "),
+        b.join(", ")
+    ));
+    for i in 0..entries {
+        text.push_str(&format!("  {{ k{i} = \"v{i}\" }},\n"));
+    }
+    text.push_str("]\n");
+    text
 }
 
 /// Wall and CPU time of one run.

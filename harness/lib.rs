@@ -3,9 +3,10 @@
 //! Codemap (data flows top to bottom; `ARCHITECTURE.md` has the long form):
 //!
 //! - [`matrix`]: matrix files. `raw` walks the TOML with spans, `expand` applies GitHub Actions'
-//!   include/exclude rules, `load` validates everything into a [`matrix::Plan`] of cells. No I/O
-//!   besides reading the file.
+//!   include/exclude rules, `load` validates (`validate`) and renders (`render`) everything into a
+//!   [`matrix::Plan`] of cells. No I/O besides reading the file.
 //! - [`diag`]: renders problems in files as `--> file:line:col` with a caret.
+//! - `suggest`: the one did-you-mean (likely typos of keys, names, ids).
 //! - [`digest`]: short sha256 hex names (cache folders, environments, ids).
 //! - [`signature`]: the root-cause taxonomy shared by everything below.
 //! - [`record`]: one line of `results.jsonl`, the stable output format, and the run manifest.
@@ -45,4 +46,5 @@ pub mod report;
 pub mod run;
 pub mod schedule;
 pub mod signature;
+mod suggest;
 pub mod watchdog;

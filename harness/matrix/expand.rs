@@ -25,6 +25,8 @@
 //! expanding a large matrix allocates one small vector per combination and nothing else.
 
 use serde_json::{Map, Value};
+use std::collections::hash_map::Entry as Slot;
+use std::collections::{HashMap, HashSet};
 
 /// The most combinations a matrix may expand to: five times the 100,000 cells the benchmark
 /// loads in a fraction of a second, far beyond what any GPU fleet runs in a night (GitHub's own
@@ -164,14 +166,10 @@ pub fn expand<'m>(
         .map(|entry| Include::compile(axes, entry))
         .collect();
     // Room for the keys includes add, so adding them never reallocates.
-    let mut extra_keys: Vec<&str> = Vec::new();
-    for include in &includes {
-        for (_, key, _) in &include.extras {
-            if !extra_keys.contains(key) {
-                extra_keys.push(key);
-            }
-        }
-    }
+    let extra_keys: HashSet<&str> = includes
+        .iter()
+        .flat_map(|include| include.extras.iter().map(|(_, key, _)| *key))
+        .collect();
     let width = axes.len() + extra_keys.len();
 
     // Position in the product = sum of value index times stride (the last axis has stride 1).
@@ -214,6 +212,10 @@ pub fn expand<'m>(
         }
     }
 
+    // Where an original combination holds a key that includes added: (combination, key) to its
+    // position. Looking a key up here instead of along the combination keeps many includes that
+    // each add a key to many cells linear in what they add.
+    let mut added: HashMap<(usize, &str), usize> = HashMap::new();
     for (entry_index, include) in includes.iter().enumerate() {
         let mut matched = false;
         include.filter.for_each_match(axes, &strides, total, |at| {
@@ -227,7 +229,13 @@ pub fn expand<'m>(
                     entry: entry_index,
                     key: key_index,
                 };
-                combo.set(axes.len(), key, value, source);
+                match added.entry((original, key)) {
+                    Slot::Occupied(slot) => combo.values[*slot.get()] = (key, value, source),
+                    Slot::Vacant(slot) => {
+                        slot.insert(combo.values.len());
+                        combo.values.push((key, value, source));
+                    }
+                }
             }
         });
         if !matched {

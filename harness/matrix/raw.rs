@@ -1,11 +1,16 @@
 //! Stage one: a mirror of the matrix file with a byte span on everything a user can get wrong.
 //!
-//! The file is parsed with toml's recoverable parser and walked by hand instead of through serde,
-//! so that *every* problem (syntax, unknown keys, wrong types, bad durations) is collected with its
-//! span in one pass; serde stops at the first error and loses the position of most of them.
+//! The file is parsed with toml's recoverable parser (every syntax error, a span on every key and
+//! value) and its tree walked here instead of deserialized whole, so that *every* problem (syntax,
+//! unknown keys, wrong types, bad durations) is collected with its span in one pass; serde over the
+//! whole file stops at the first error. Leaves are still converted by the library (an integer in
+//! any base goes through toml's own deserializer), so nothing of TOML is re-implemented here.
 
 use crate::diag::Diagnostic;
 use crate::signature::Signature;
+use crate::suggest::did_you_mean;
+use serde::Deserialize as _;
+use serde::de::IntoDeserializer as _;
 use std::ops::Range;
 use std::time::Duration;
 use toml::Spanned;
@@ -139,6 +144,10 @@ pub(crate) struct RawRule {
     pub(crate) hint: Option<String>,
 }
 
+/// The longest duration a file may set (`timeout`, `no-progress`, `ready-timeout`): longer is a
+/// typo, and far longer would overflow the runner's clock arithmetic mid-run.
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+
 const TOP_KEYS: &[&str] = &[
     "name",
     "description",
@@ -196,11 +205,9 @@ pub(crate) fn parse(source: &str, problems: &mut Vec<Diagnostic>) -> Option<RawF
     let mut syntax: Vec<Diagnostic> = errors
         .iter()
         .map(|err| {
-            Diagnostic::error(
-                format!("invalid TOML: {}", err.message().trim()),
-                err.span(),
-            )
-            .label("here")
+            let message = err.message().trim();
+            let span = err.span().or_else(|| locate(source, message));
+            Diagnostic::error(format!("invalid TOML: {message}"), span).label("here")
         })
         .collect();
     let mut found = Vec::new();
@@ -228,6 +235,31 @@ pub(crate) fn parse(source: &str, problems: &mut Vec<Diagnostic>) -> Option<RawF
             .filter(|diag| line(diag).is_some_and(|at| !bad_lines.contains(&at))),
     );
     None
+}
+
+/// The line of a syntax error the parser reports without a place (a dotted key past its
+/// recursion limit): the first line whose prefix of the file gets that error, found by bisection
+/// (errors on a line never depend on the lines after it).
+fn locate(source: &str, message: &str) -> Option<Span> {
+    let ends: Vec<usize> = source
+        .match_indices('\n')
+        .map(|(at, _)| at + 1)
+        .chain((!source.ends_with('\n')).then_some(source.len()))
+        .collect();
+    let fails = |lines: usize| {
+        let prefix = &source[..ends[lines - 1]];
+        DeTable::parse_recoverable(prefix)
+            .1
+            .iter()
+            .any(|err| err.span().is_none() && err.message().trim() == message)
+    };
+    // Smallest number of lines whose text fails.
+    let lines: Vec<usize> = (1..=ends.len()).collect();
+    let count = *lines.get(lines.partition_point(|&n| !fails(n)))?;
+    let start = if count == 1 { 0 } else { ends[count - 2] };
+    let line = source[start..ends[count - 1]].trim_end();
+    let indent = line.len() - line.trim_start().len();
+    Some(start + indent..start + line.len())
 }
 
 /// 0-based line of a byte offset.
@@ -399,13 +431,16 @@ impl Walker<'_> {
     /// A matrix value: string, integer, boolean or table of those.
     fn matrix_value(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<Value>> {
         let value = match item.get_ref() {
-            DeValue::String(s) => Value::String(s.to_string()),
-            DeValue::Integer(i) => Value::from(self.integer(i, item.span())?),
+            DeValue::String(s) => Value::String(self.text(s, item.span(), what)?.value),
+            DeValue::Integer(_) => Value::from(self.integer(item)?),
             DeValue::Boolean(b) => Value::Bool(*b),
             DeValue::Table(table) => {
                 // Check every field, so each bad one is reported.
                 let mut map = Some(serde_json::Map::new());
                 for (key, value) in table {
+                    if self.text(key.get_ref(), key.span(), what).is_none() {
+                        map = None;
+                    }
                     match self.matrix_value(value, what) {
                         Some(inner) => {
                             if let Some(map) = &mut map {
@@ -448,21 +483,18 @@ impl Walker<'_> {
         Some(Sp::new(value, item.span()))
     }
 
-    fn integer(&mut self, i: &toml::de::DeInteger<'_>, span: Span) -> Option<i64> {
-        let text = i.as_str().replace('_', "");
-        let (digits, radix) = match i.radix() {
-            10 => (text.as_str(), 10),
-            radix => (&text[2.min(text.len())..], radix),
-        };
-        match i64::from_str_radix(digits, radix) {
-            Ok(n) => Some(n),
-            Err(err) => {
-                self.problems.push(
-                    Diagnostic::error(format!("invalid integer: {err}"), Some(span)).label("here"),
-                );
-                None
-            }
+    /// An integer as the TOML library reads it: every base (`0x`, `0o`, `0b`), underscores, a
+    /// sign. Only a value beyond 64 bits is refused (the one way the conversion can fail).
+    fn integer(&mut self, item: &Item<'_>) -> Option<i64> {
+        let n = i64::deserialize(item.clone().into_deserializer());
+        if n.is_err() {
+            self.problems.push(
+                Diagnostic::error("integer out of range", Some(item.span())).label(
+                    "expected a whole number from -9223372036854775808 to 9223372036854775807",
+                ),
+            );
         }
+        n.ok()
     }
 
     fn common(&mut self, table: &DeTable<'_>, section: &str) -> RawCommon {
@@ -684,8 +716,8 @@ impl Walker<'_> {
                 .required_string(table, "signature", "[[rules]]", entry.span())
                 .and_then(|name| self.signature_name(name));
             let precedence = table.get("precedence").and_then(|v| match v.get_ref() {
-                DeValue::Integer(i) => {
-                    let n = self.integer(i, v.span())?;
+                DeValue::Integer(_) => {
+                    let n = self.integer(v)?;
                     let fits = i32::try_from(n).ok();
                     if fits.is_none() {
                         self.problems.push(
@@ -765,7 +797,7 @@ impl Walker<'_> {
 
     fn string(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<String>> {
         match item.get_ref() {
-            DeValue::String(s) => Some(Sp::new(s.to_string(), item.span())),
+            DeValue::String(s) => self.text(s, item.span(), what),
             _ => {
                 self.type_error(item, what, "a string");
                 None
@@ -795,7 +827,7 @@ impl Walker<'_> {
     /// A string, or an array of strings.
     fn string_list(&mut self, item: &Item<'_>, what: &str) -> Vec<Sp<String>> {
         match item.get_ref() {
-            DeValue::String(s) => vec![Sp::new(s.to_string(), item.span())],
+            DeValue::String(s) => self.text(s, item.span(), what).into_iter().collect(),
             DeValue::Array(items) => items
                 .iter()
                 .filter_map(|entry| self.string(entry, what))
@@ -805,6 +837,20 @@ impl Walker<'_> {
                 Vec::new()
             }
         }
+    }
+
+    /// A string of the file. Strings become commands, arguments, environment variables and
+    /// cell values, none of which can hold a NUL: refused here, not when a cell runs.
+    fn text(&mut self, text: &str, span: Span, what: &str) -> Option<Sp<String>> {
+        if text.contains('\0') {
+            self.problems.push(
+                Diagnostic::error(format!("{what} contains a NUL character"), Some(span))
+                    .label("a process cannot be given NUL in a command, argument or variable")
+                    .help("remove the `\\u0000` escape"),
+            );
+            return None;
+        }
+        Some(Sp::new(text.to_owned(), span))
     }
 
     fn boolean(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<bool>> {
@@ -820,8 +866,8 @@ impl Walker<'_> {
     /// A non-negative integer that fits in u32.
     fn count(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<u32>> {
         match item.get_ref() {
-            DeValue::Integer(i) => {
-                let n = self.integer(i, item.span())?;
+            DeValue::Integer(_) => {
+                let n = self.integer(item)?;
                 match u32::try_from(n) {
                     Ok(n) => Some(Sp::new(n, item.span())),
                     Err(_) => {
@@ -846,7 +892,7 @@ impl Walker<'_> {
     /// An integer, or a template string that renders to one per cell (`tp = "{tp}"`).
     fn int_or_template(&mut self, item: &Item<'_>, what: &str) -> Option<Sp<String>> {
         match item.get_ref() {
-            DeValue::String(s) => Some(Sp::new(s.to_string(), item.span())),
+            DeValue::String(s) => self.text(s, item.span(), what),
             DeValue::Integer(_) => self
                 .count(item, what)
                 .map(|n| Sp::new(n.value.to_string(), n.span)),
@@ -864,6 +910,14 @@ impl Walker<'_> {
                 self.problems.push(
                     Diagnostic::error(format!("{what} must be longer than zero"), Some(text.span))
                         .label("zero"),
+                );
+                None
+            }
+            Ok(d) if d > MAX_DURATION => {
+                self.problems.push(
+                    Diagnostic::error(format!("{what} is longer than 30 days"), Some(text.span))
+                        .label("at most 30 days")
+                        .help("a deadline this long is a typo; write e.g. \"90m\" or \"12h\""),
                 );
                 None
             }
@@ -957,16 +1011,6 @@ fn command_written(table: &DeTable<'_>) -> bool {
         .any(|key| did_you_mean(key.get_ref(), &["command"]).is_some())
 }
 
-/// The closest candidate, when it is close enough to be a likely typo.
-pub(crate) fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    candidates
-        .iter()
-        .map(|c| (strsim::jaro_winkler(word, c), *c))
-        .filter(|(score, _)| *score > 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, c)| c)
-}
-
 /// The last line of a multi-line error (regex errors end with the one that says what is wrong).
 pub(crate) fn last_line(text: &str) -> String {
     text.lines().last().unwrap_or_default().trim().to_owned()
@@ -980,5 +1024,321 @@ fn source_like(value: &DeValue<'_>) -> String {
         DeValue::Float(f) => f.as_str().to_owned(),
         DeValue::Boolean(b) => b.to_string(),
         _ => "...".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Every form a TOML value can take, and what the matrix front end makes of it. The contract:
+    //! matrix values are strings, integers, booleans or tables of those; every other form (floats,
+    //! dates and times, arrays inside an axis) is refused with an error located at the value.
+
+    use super::*;
+    use serde_json::json;
+
+    fn parsed(source: &str) -> (Option<RawFile>, Vec<Diagnostic>) {
+        let mut problems = Vec::new();
+        let file = parse(source, &mut problems);
+        (file, problems)
+    }
+
+    /// The values of axis `n = [...]` written as `values`, and the problems found.
+    fn axis(values: &str) -> (Vec<Value>, Vec<Diagnostic>) {
+        let (file, problems) = parsed(&format!("[matrix]\nn = [{values}]\n"));
+        let matrix = file.and_then(|f| f.matrix).expect("a [matrix] table");
+        let values = matrix.axes[0].1.iter().map(|v| v.value.clone()).collect();
+        (values, problems)
+    }
+
+    /// The text of the file a diagnostic points at.
+    fn pointed<'s>(source: &'s str, diag: &Diagnostic) -> &'s str {
+        &source[diag.span.clone().expect("a located problem")]
+    }
+
+    #[test]
+    fn integers_in_every_base() {
+        let (values, problems) =
+            axis("0x1234, 0xff, 0xDEAD_beef, 0o17, 0o7_7, 0b101, 0b1_0, 1_000, -5, +7, 0, -0, +0");
+        assert!(problems.is_empty(), "{problems:?}");
+        let expected = [
+            0x1234,
+            0xff,
+            0xdead_beef,
+            0o17,
+            0o77,
+            0b101,
+            0b10,
+            1000,
+            -5,
+            7,
+            0,
+            0,
+            0,
+        ];
+        assert_eq!(values, expected.map(|n: i64| json!(n)));
+    }
+
+    #[test]
+    fn integers_at_the_64_bit_limits() {
+        let (values, problems) =
+            axis("9223372036854775807, -9223372036854775808, 0x7FFF_FFFF_FFFF_FFFF");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(values, [json!(i64::MAX), json!(i64::MIN), json!(i64::MAX)]);
+    }
+
+    #[test]
+    fn an_integer_beyond_64_bits_is_refused_where_written() {
+        let source = "[matrix]\nn = [1, 9223372036854775808, 0xFFFF_FFFF_FFFF_FFFF]\n";
+        let (_, problems) = parsed(source);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(problems[0].message, "integer out of range");
+        assert_eq!(pointed(source, &problems[0]), "9223372036854775808");
+        assert_eq!(pointed(source, &problems[1]), "0xFFFF_FFFF_FFFF_FFFF");
+    }
+
+    #[test]
+    fn counts_and_integer_settings_in_any_base() {
+        let source = "[matrix]\nn = [1]\n[server]\nmax-tokens = 0x10\ntp = 0b10\nworkers = 0o3\n\
+                      [retry]\ncount = 1_0\n[[rules]]\npattern = \"x\"\nsignature = \"oom\"\n\
+                      precedence = -16\n";
+        let (file, problems) = parsed(source);
+        assert!(problems.is_empty(), "{problems:?}");
+        let file = file.expect("valid");
+        let server = file.server.expect("[server]");
+        assert_eq!(server.max_tokens.map(|n| n.value), Some(16));
+        assert_eq!(server.tp.map(|n| n.value), Some("2".to_owned()));
+        assert_eq!(server.workers.map(|n| n.value), Some("3".to_owned()));
+        assert_eq!(file.retry.and_then(|r| r.count).map(|n| n.value), Some(10));
+        assert_eq!(file.rules[0].precedence, -16);
+    }
+
+    #[test]
+    fn a_negative_count_is_refused_where_written() {
+        let source = "[matrix]\nn = [1]\n[server]\nmax-tokens = -1_6\n";
+        let (_, problems) = parsed(source);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(
+            problems[0].message,
+            "max-tokens in [server]: -16 is out of range"
+        );
+        assert_eq!(pointed(source, &problems[0]), "-1_6");
+    }
+
+    #[test]
+    fn a_signed_hex_octal_or_binary_integer_is_a_located_syntax_error() {
+        for (i, written) in ["-0x10", "+0o7", "-0b1"].into_iter().enumerate() {
+            let source = format!("[matrix]\nn = [{written}]\n");
+            let (file, problems) = parsed(&source);
+            assert!(file.is_none(), "{i}");
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert!(
+                problems[0]
+                    .message
+                    .contains("integers with a radix cannot be signed"),
+                "{problems:?}"
+            );
+            assert_eq!(problems[0].span.as_ref().map(|s| s.start), Some(14));
+        }
+    }
+
+    #[test]
+    fn floats_of_every_form_are_refused_where_written() {
+        let floats = [
+            "3.10", "-2.5", "1e3", "6.02E+23", "1.5e-3", "inf", "+inf", "-inf", "nan", "+nan",
+            "-nan", "1_000.5",
+        ];
+        let source = format!("[matrix]\nn = [\"ok\", {}]\n", floats.join(", "));
+        let (file, problems) = parsed(&source);
+        assert_eq!(problems.len(), floats.len(), "{problems:?}");
+        for (diag, float) in problems.iter().zip(floats) {
+            assert_eq!(
+                diag.message,
+                "axis `n`: floats are not allowed as matrix values"
+            );
+            assert_eq!(pointed(&source, diag), float);
+        }
+        let matrix = file.and_then(|f| f.matrix).expect("[matrix]");
+        assert_eq!(matrix.axes[0].1.len(), 1, "only the string is kept");
+        assert!(matrix.incomplete);
+    }
+
+    #[test]
+    fn dates_and_times_are_refused_where_written() {
+        let dates = [
+            "1979-05-27T07:32:00Z",
+            "1979-05-27T00:32:00.999999-07:00",
+            "1979-05-27 07:32:00",
+            "1979-05-27T07:32:00",
+            "1979-05-27",
+            "07:32:00",
+        ];
+        let source = format!("[matrix]\nn = [{}]\n", dates.join(", "));
+        let (_, problems) = parsed(&source);
+        assert_eq!(problems.len(), dates.len(), "{problems:?}");
+        for (diag, date) in problems.iter().zip(dates) {
+            assert_eq!(
+                diag.message,
+                "axis `n`: a value must be a string, integer, boolean or table, found datetime"
+            );
+            assert_eq!(pointed(&source, diag), date);
+        }
+    }
+
+    #[test]
+    fn strings_of_every_form() {
+        let (values, problems) = axis(
+            r#""basic \u00e9 \t", 'literal \n', """multi
+line""", '''raw
+lines'''"#,
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(
+            values,
+            [
+                json!("basic é \t"),
+                json!("literal \\n"),
+                json!("multi\nline"),
+                json!("raw\nlines")
+            ]
+        );
+    }
+
+    #[test]
+    fn booleans_and_inline_tables_are_values() {
+        let (values, problems) =
+            axis(r#"true, false, { name = "llama", tp = 0x2, opts = { fp8 = true } }"#);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(
+            values,
+            [
+                json!(true),
+                json!(false),
+                json!({ "name": "llama", "tp": 2, "opts": { "fp8": true } })
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_field_of_a_table_value_is_refused_where_written() {
+        let source = "[matrix]\nn = [{ a = 1, b = 2.5, c = { d = 1979-05-27 } }]\n";
+        let (_, problems) = parsed(source);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(pointed(source, &problems[0]), "2.5");
+        assert_eq!(pointed(source, &problems[1]), "1979-05-27");
+    }
+
+    #[test]
+    fn nested_arrays_are_refused_where_written() {
+        let source = "[matrix]\nn = [1, [2, 3], [[4]], []]\n";
+        let (_, problems) = parsed(source);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        for (diag, text) in problems.iter().zip(["[2, 3]", "[[4]]", "[]"]) {
+            assert_eq!(
+                diag.message,
+                "axis `n`: a value must be a string, integer, boolean or table, found array"
+            );
+            assert_eq!(pointed(source, diag), text);
+        }
+    }
+
+    #[test]
+    fn include_as_an_array_of_tables_or_inline() {
+        let headers = "[matrix]\nn = [1]\n[[matrix.include]]\nn = 0x1\nextra = \"a\"\n\
+                       [[matrix.include]]\nn = 2\n";
+        let inline = "[matrix]\nn = [1]\ninclude = [{ n = 0x1, extra = \"a\" }, { n = 2 }]\n";
+        for source in [headers, inline] {
+            let (file, problems) = parsed(source);
+            assert!(problems.is_empty(), "{problems:?}");
+            let include = file.and_then(|f| f.matrix).expect("[matrix]").include;
+            let plain: Vec<Vec<(String, Value)>> = include
+                .iter()
+                .map(|e| {
+                    e.value
+                        .iter()
+                        .map(|(k, v)| (k.value.clone(), v.value.clone()))
+                        .collect()
+                })
+                .collect();
+            assert_eq!(
+                plain,
+                [
+                    vec![("n".to_owned(), json!(1)), ("extra".to_owned(), json!("a"))],
+                    vec![("n".to_owned(), json!(2))]
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn an_include_entry_that_is_not_a_table_is_refused_where_written() {
+        let source = "[matrix]\nn = [1]\ninclude = [{ n = 1 }, 3, [\"x\"]]\n";
+        let (_, problems) = parsed(source);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(pointed(source, &problems[0]), "3");
+        assert_eq!(pointed(source, &problems[1]), "[\"x\"]");
+    }
+
+    #[test]
+    fn durations_longer_than_30_days_are_refused_where_written() {
+        for key in ["timeout", "no-progress", "ready-timeout"] {
+            let source = format!("[matrix]\nn = [1]\n[server]\n{key} = \"500000000000y\"\n");
+            let (_, problems) = parsed(&source);
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert_eq!(
+                problems[0].message,
+                format!("{key} in [server] is longer than 30 days")
+            );
+            assert_eq!(pointed(&source, &problems[0]), "\"500000000000y\"");
+        }
+        let source = "[matrix]\nn = [1]\n[job]\ncommand = \"x\"\ntimeout = \"30days\"\n";
+        let (_, problems) = parsed(source);
+        assert!(
+            problems.is_empty(),
+            "exactly 30 days is allowed: {problems:?}"
+        );
+    }
+
+    #[test]
+    fn a_nul_in_any_string_is_refused_where_written() {
+        let source = "[matrix]\nn = [\"a\\u0000\", { k = \"\\u0000\" }]\n[env]\nX = \"a\\u0000b\"\n\
+                      [job]\ncommand = \"x\\u0000\"\n";
+        let (_, problems) = parsed(source);
+        let located: Vec<(&str, &str)> = problems
+            .iter()
+            .map(|d| (d.message.as_str(), pointed(source, d)))
+            .collect();
+        assert_eq!(
+            located,
+            [
+                ("axis `n` contains a NUL character", "\"a\\u0000\""),
+                ("axis `n` contains a NUL character", "\"\\u0000\""),
+                ("X in [env] contains a NUL character", "\"a\\u0000b\""),
+                ("command in [job] contains a NUL character", "\"x\\u0000\""),
+            ]
+        );
+    }
+
+    #[test]
+    fn syntax_errors_without_a_place_are_located() {
+        let key = vec!["a"; 90].join(".");
+        let source = format!("[matrix]\nn = [1]\n  {key} = 1\n[job]\n");
+        let (file, problems) = parsed(&source);
+        assert!(file.is_none());
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].message, "invalid TOML: recursion limit");
+        assert_eq!(pointed(&source, &problems[0]), format!("{key} = 1"));
+    }
+
+    #[test]
+    fn nesting_too_deep_is_located() {
+        let source = format!("[matrix]\nn = {}{}\n", "[".repeat(100), "]".repeat(100));
+        let (file, problems) = parsed(&source);
+        assert!(file.is_none());
+        assert!(
+            problems
+                .iter()
+                .all(|d| d.span.as_ref().is_some_and(|s| s.start > 9)),
+            "{problems:?}"
+        );
     }
 }

@@ -12,7 +12,16 @@ fn shipped_matrices_check_clean() {
         .collect();
     files.sort();
     assert!(!files.is_empty());
-    gpucompat().arg("check").args(&files).assert().success();
+    let out = gpucompat().arg("check").args(&files).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // One summary line per file, in the order given.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let checked: Vec<&str> = stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("ok: ")?.split(':').next())
+        .collect();
+    let given: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    assert_eq!(checked, given, "{stdout}");
 }
 
 #[test]
@@ -27,5 +36,12 @@ fn bad_file_exits_2_with_location() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("bad.toml:4:1"), "{stderr}");
     assert!(stderr.contains("did you mean `command`?"), "{stderr}");
-    assert!(sandbox.path().exists());
+    // An invalid file gets no summary line, and the count of invalid files ends the report.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("ok:"), "{stdout}");
+    assert_eq!(
+        stderr.trim_end().lines().last(),
+        Some("error: 1 of 1 matrix file is invalid"),
+        "{stderr}"
+    );
 }

@@ -96,28 +96,6 @@ fn single_dimension_matrix() {
     assert_eq!(ids(&cells), ["10", "12", "14"]);
 }
 
-/// "Using a multi-dimension matrix".
-#[test]
-fn multi_dimension_matrix() {
-    let cells = expand(
-        r#"
-os = ["ubuntu-22.04", "ubuntu-20.04"]
-version = [10, 12, 14]
-"#,
-    );
-    assert_eq!(
-        values(&cells),
-        expected(&[
-            json!({"os": "ubuntu-22.04", "version": 10}),
-            json!({"os": "ubuntu-22.04", "version": 12}),
-            json!({"os": "ubuntu-22.04", "version": 14}),
-            json!({"os": "ubuntu-20.04", "version": 10}),
-            json!({"os": "ubuntu-20.04", "version": 12}),
-            json!({"os": "ubuntu-20.04", "version": 14}),
-        ])
-    );
-}
-
 /// "A variable configuration in a matrix can be an array of objects": 4 jobs, with the tables
 /// as written.
 #[test]
@@ -271,39 +249,6 @@ datacenter = "site-b"
     assert_eq!(ids(&cells), ["production-site-a", "staging-site-b"]);
 }
 
-/// "Excluding matrix configurations": 12 configurations minus one full and two partial matches.
-#[test]
-fn exclude_partial_matches() {
-    let cells = expand(
-        r#"
-os = ["macos-latest", "windows-latest"]
-version = [12, 14, 16]
-environment = ["staging", "production"]
-[[matrix.exclude]]
-os = "macos-latest"
-version = 12
-environment = "production"
-[[matrix.exclude]]
-os = "windows-latest"
-version = 16
-"#,
-    );
-    assert_eq!(
-        values(&cells),
-        expected(&[
-            json!({"os": "macos-latest", "version": 12, "environment": "staging"}),
-            json!({"os": "macos-latest", "version": 14, "environment": "staging"}),
-            json!({"os": "macos-latest", "version": 14, "environment": "production"}),
-            json!({"os": "macos-latest", "version": 16, "environment": "staging"}),
-            json!({"os": "macos-latest", "version": 16, "environment": "production"}),
-            json!({"os": "windows-latest", "version": 12, "environment": "staging"}),
-            json!({"os": "windows-latest", "version": 12, "environment": "production"}),
-            json!({"os": "windows-latest", "version": 14, "environment": "staging"}),
-            json!({"os": "windows-latest", "version": 14, "environment": "production"}),
-        ])
-    );
-}
-
 /// "All include combinations are processed after exclude. This allows you to use include to
 /// add back combinations that were previously excluded." The added-back cell comes last.
 #[test]
@@ -329,35 +274,6 @@ experimental = true
     assert_eq!(
         values(&cells[11..]),
         expected(&[json!({"os": "macos-latest", "node": 8, "experimental": true})])
-    );
-}
-
-/// The "example closer to reality": five perl versions on ubuntu and two on macos, seven jobs.
-#[test]
-fn perl_versions_example() {
-    let cells = expand(
-        r#"
-os = ["ubuntu-latest"]
-perl = ["5.16", "5.20", "5.26", "5.30", "latest"]
-[[matrix.include]]
-os = "macos-latest"
-perl = "5.26"
-[[matrix.include]]
-os = "macos-latest"
-perl = "latest"
-"#,
-    );
-    assert_eq!(
-        values(&cells),
-        expected(&[
-            json!({"os": "ubuntu-latest", "perl": "5.16"}),
-            json!({"os": "ubuntu-latest", "perl": "5.20"}),
-            json!({"os": "ubuntu-latest", "perl": "5.26"}),
-            json!({"os": "ubuntu-latest", "perl": "5.30"}),
-            json!({"os": "ubuntu-latest", "perl": "latest"}),
-            json!({"os": "macos-latest", "perl": "5.26"}),
-            json!({"os": "macos-latest", "perl": "latest"}),
-        ])
     );
 }
 
@@ -390,31 +306,6 @@ experimental = true
             "8-no-experimental",
             "9-experimental"
         ]
-    );
-}
-
-/// Older docs, "Including new combinations": an unmatched include is one extra job, with its
-/// axis keys first (GitHub's parser writes the axis keys of an entry before its other keys).
-#[test]
-fn include_new_combination_key_order() {
-    let cells = expand(
-        r#"
-node = [14]
-os = ["macos-latest", "windows-latest", "ubuntu-18.04"]
-[[matrix.include]]
-experimental = true
-node = 15
-os = "ubuntu-18.04"
-"#,
-    );
-    assert_eq!(
-        values(&cells),
-        expected(&[
-            json!({"node": 14, "os": "macos-latest"}),
-            json!({"node": 14, "os": "windows-latest"}),
-            json!({"node": 14, "os": "ubuntu-18.04"}),
-            json!({"node": 15, "os": "ubuntu-18.04", "experimental": true}),
-        ])
     );
 }
 
@@ -487,12 +378,98 @@ node = { version = 14 }
     );
 }
 
-/// Original values are never overwritten; values added by earlier includes are, and keep their
-/// place among the keys.
-#[test]
-fn include_overwrites_only_added_values() {
-    let cells = expand(
-        r#"
+/// Documented examples whose whole expansion is given: each row is a test that expands the
+/// matrix and compares every cell's values, in order, keys in order.
+macro_rules! expands_to {
+    ($($(#[doc = $doc:literal])* $name:ident: $matrix:expr => [$($cell:expr),* $(,)?],)*) => {
+        $(
+            $(#[doc = $doc])*
+            #[test]
+            fn $name() {
+                let cells = expand($matrix);
+                assert_eq!(values(&cells), expected(&[$($cell),*]));
+            }
+        )*
+    };
+}
+
+expands_to! {
+    /// "Using a multi-dimension matrix".
+    multi_dimension_matrix: r#"
+os = ["ubuntu-22.04", "ubuntu-20.04"]
+version = [10, 12, 14]
+"# => [
+                json!({"os": "ubuntu-22.04", "version": 10}),
+                json!({"os": "ubuntu-22.04", "version": 12}),
+                json!({"os": "ubuntu-22.04", "version": 14}),
+                json!({"os": "ubuntu-20.04", "version": 10}),
+                json!({"os": "ubuntu-20.04", "version": 12}),
+                json!({"os": "ubuntu-20.04", "version": 14}),
+    ],
+
+    /// "Excluding matrix configurations": 12 configurations minus one full and two partial matches.
+    exclude_partial_matches: r#"
+os = ["macos-latest", "windows-latest"]
+version = [12, 14, 16]
+environment = ["staging", "production"]
+[[matrix.exclude]]
+os = "macos-latest"
+version = 12
+environment = "production"
+[[matrix.exclude]]
+os = "windows-latest"
+version = 16
+"# => [
+                json!({"os": "macos-latest", "version": 12, "environment": "staging"}),
+                json!({"os": "macos-latest", "version": 14, "environment": "staging"}),
+                json!({"os": "macos-latest", "version": 14, "environment": "production"}),
+                json!({"os": "macos-latest", "version": 16, "environment": "staging"}),
+                json!({"os": "macos-latest", "version": 16, "environment": "production"}),
+                json!({"os": "windows-latest", "version": 12, "environment": "staging"}),
+                json!({"os": "windows-latest", "version": 12, "environment": "production"}),
+                json!({"os": "windows-latest", "version": 14, "environment": "staging"}),
+                json!({"os": "windows-latest", "version": 14, "environment": "production"}),
+    ],
+
+    /// The "example closer to reality": five perl versions on ubuntu and two on macos, seven jobs.
+    perl_versions_example: r#"
+os = ["ubuntu-latest"]
+perl = ["5.16", "5.20", "5.26", "5.30", "latest"]
+[[matrix.include]]
+os = "macos-latest"
+perl = "5.26"
+[[matrix.include]]
+os = "macos-latest"
+perl = "latest"
+"# => [
+                json!({"os": "ubuntu-latest", "perl": "5.16"}),
+                json!({"os": "ubuntu-latest", "perl": "5.20"}),
+                json!({"os": "ubuntu-latest", "perl": "5.26"}),
+                json!({"os": "ubuntu-latest", "perl": "5.30"}),
+                json!({"os": "ubuntu-latest", "perl": "latest"}),
+                json!({"os": "macos-latest", "perl": "5.26"}),
+                json!({"os": "macos-latest", "perl": "latest"}),
+    ],
+
+    /// Older docs, "Including new combinations": an unmatched include is one extra job, with its
+    /// axis keys first (GitHub's parser writes the axis keys of an entry before its other keys).
+    include_new_combination_key_order: r#"
+node = [14]
+os = ["macos-latest", "windows-latest", "ubuntu-18.04"]
+[[matrix.include]]
+experimental = true
+node = 15
+os = "ubuntu-18.04"
+"# => [
+                json!({"node": 14, "os": "macos-latest"}),
+                json!({"node": 14, "os": "windows-latest"}),
+                json!({"node": 14, "os": "ubuntu-18.04"}),
+                json!({"node": 15, "os": "ubuntu-18.04", "experimental": true}),
+    ],
+
+    /// Original values are never overwritten; values added by earlier includes are, and keep their
+    /// place among the keys.
+    include_overwrites_only_added_values: r#"
 os = ["linux", "mac"]
 [[matrix.include]]
 runner = "generic"
@@ -503,24 +480,15 @@ runner = "apple-silicon"
 [[matrix.include]]
 os = "windows"
 runner = "windows-2022"
-"#,
-    );
-    assert_eq!(
-        values(&cells),
-        expected(&[
-            json!({"os": "linux", "runner": "generic", "label": "a"}),
-            json!({"os": "mac", "runner": "apple-silicon", "label": "a"}),
-            json!({"os": "windows", "runner": "windows-2022"}),
-        ])
-    );
-}
+"# => [
+                json!({"os": "linux", "runner": "generic", "label": "a"}),
+                json!({"os": "mac", "runner": "apple-silicon", "label": "a"}),
+                json!({"os": "windows", "runner": "windows-2022"}),
+    ],
 
-/// GitHub compares values with its expression `==`: strings ignore case, and a number equals
-/// the same number written as a string.
-#[test]
-fn values_compare_like_github_expressions() {
-    let cells = expand(
-        r#"
+    /// GitHub compares values with its expression `==`: strings ignore case, and a number equals
+    /// the same number written as a string.
+    values_compare_like_github_expressions: r#"
 os = ["Ubuntu-Latest", "windows-latest"]
 node = [16, 18]
 [[matrix.exclude]]
@@ -530,14 +498,9 @@ node = "16"
 os = "WINDOWS-LATEST"
 node = 18
 npm = 9
-"#,
-    );
-    assert_eq!(
-        values(&cells),
-        expected(&[
-            json!({"os": "Ubuntu-Latest", "node": 18}),
-            json!({"os": "windows-latest", "node": 16}),
-            json!({"os": "windows-latest", "node": 18, "npm": 9}),
-        ])
-    );
+"# => [
+                json!({"os": "Ubuntu-Latest", "node": 18}),
+                json!({"os": "windows-latest", "node": 16}),
+                json!({"os": "windows-latest", "node": 18, "npm": 9}),
+    ],
 }
