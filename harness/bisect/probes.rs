@@ -192,14 +192,10 @@ fn find_cell<'p>(plan: &'p Plan, id: &str) -> Result<&'p Cell, InputError> {
         .iter()
         .find(|c| c.id.as_str() == id)
         .ok_or_else(|| {
-            let near = plan
-                .cells
-                .iter()
-                .map(|c| (strsim::jaro_winkler(id, c.id.as_str()), c.id.as_str()))
-                .filter(|(score, _)| *score > 0.85)
-                .max_by(|a, b| a.0.total_cmp(&b.0));
+            let ids: Vec<&str> = plan.cells.iter().map(|c| c.id.as_str()).collect();
+            let near = crate::suggest::did_you_mean(id, &ids);
             usage(match near {
-                Some((_, c)) => format!("`--cell {id}`: no such cell; did you mean `{c}`?"),
+                Some(c) => format!("`--cell {id}`: no such cell; did you mean `{c}`?"),
                 None => format!(
                     "`--cell {id}`: no such cell; `gpucompat matrix expand FILE` lists the ids"
                 ),

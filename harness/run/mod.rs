@@ -131,13 +131,8 @@ fn select(plan: &Plan, wanted: &[String]) -> Result<Vec<usize>, RunError> {
             Some(_) => {}
             None => {
                 let ids: Vec<&str> = plan.cells.iter().map(|c| c.id.as_str()).collect();
-                let near = ids
-                    .iter()
-                    .map(|c| (strsim::jaro_winkler(id, c), *c))
-                    .filter(|(score, _)| *score > 0.85)
-                    .max_by(|a, b| a.0.total_cmp(&b.0));
-                let hint = match near {
-                    Some((_, c)) => format!("; did you mean `{c}`?"),
+                let hint = match crate::suggest::did_you_mean(id, &ids) {
+                    Some(c) => format!("; did you mean `{c}`?"),
                     None => "; `gpucompat matrix expand FILE` lists the ids".to_owned(),
                 };
                 return Err(RunError::UnknownCell {
