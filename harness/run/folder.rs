@@ -31,6 +31,10 @@ pub enum FolderError {
     NotEmpty(String),
     #[error("`--out {0}` is a file; a run folder must be a directory (or not exist yet)")]
     NotADirectory(String),
+    #[error(
+        "`--out {path}` is not a gpucompat run folder (it holds {found}); a run would overwrite its files, so choose an empty or new folder"
+    )]
+    NotARunFolder { path: String, found: String },
     #[error("nothing to resume in `{0}`: it has no {MANIFEST}")]
     NothingToResume(String),
     #[error(
@@ -65,6 +69,7 @@ impl FolderError {
             self,
             FolderError::NotEmpty(_)
                 | FolderError::NotADirectory(_)
+                | FolderError::NotARunFolder { .. }
                 | FolderError::NothingToResume(_)
                 | FolderError::OtherMatrix { .. }
                 | FolderError::Locked(_)
@@ -102,6 +107,7 @@ impl RunFolder {
         if root.exists() && !root.is_dir() {
             return Err(FolderError::NotADirectory(shown));
         }
+        refuse_foreign_folder(root)?;
         fs::create_dir_all(root.join(LOGS)).map_err(io_err(root))?;
         let lock_path = root.join(".lock");
         let lock_file = File::create(&lock_path).map_err(io_err(&lock_path))?;
@@ -192,6 +198,55 @@ impl RunFolder {
         text.push(b'\n');
         self.write_atomic(MANIFEST, &text)
     }
+}
+
+/// Names a run writes into its folder (the report's included) or leaves there while it writes.
+const RUN_FOLDER_NAMES: &[&str] = &[RESULTS, MANIFEST, PLAN, LOGS, ".lock"];
+
+/// Refuses an existing folder that is neither empty nor a run folder: a run writes `index.html`,
+/// `compat.md`, `junit.xml`, ... into it, and would overwrite whatever a user kept there. A run
+/// folder is one with a manifest, or one holding only what a run creates before its manifest (a
+/// run that died at once).
+fn refuse_foreign_folder(root: &Path) -> Result<(), FolderError> {
+    let entries = match fs::read_dir(root) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => return Err(io_err(root)(source)),
+    };
+    let mut foreign: Vec<String> = Vec::new();
+    for entry in entries {
+        let name = entry.map_err(io_err(root))?.file_name();
+        let name = name.to_string_lossy();
+        if name == MANIFEST {
+            return Ok(());
+        }
+        // `write_atomic`'s temporary files, `.NAME.tmp`, are a run's too.
+        let temporary = name
+            .strip_prefix('.')
+            .and_then(|n| n.strip_suffix(".tmp"))
+            .is_some_and(|n| RUN_FOLDER_NAMES.contains(&n));
+        if !RUN_FOLDER_NAMES.contains(&name.as_ref()) && !temporary {
+            foreign.push(name.into_owned());
+        }
+    }
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    foreign.sort();
+    let more = foreign.len().saturating_sub(3);
+    let mut found = foreign
+        .iter()
+        .take(3)
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if more > 0 {
+        found.push_str(&format!(" and {more} more"));
+    }
+    Err(FolderError::NotARunFolder {
+        path: root.display().to_string(),
+        found,
+    })
 }
 
 /// Where the log of a cell attempt lives, relative to the run folder.

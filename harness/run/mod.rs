@@ -43,6 +43,8 @@ pub struct RunOptions {
     pub jobs: Option<usize>,
     pub inventory: Inventory,
     pub resume: bool,
+    /// On resume, run again the cells whose record is a spurious (infrastructure) `error`.
+    pub retry_errors: bool,
     /// Only these cell ids (all when empty).
     pub cells: Vec<String>,
     pub cache_root: PathBuf,
@@ -246,7 +248,7 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
     let mut manifest = open_manifest(previous, &plan, &options.inventory);
     folder.write_manifest(&manifest)?;
     folder.write_atomic(folder::PLAN, &plan_json)?;
-    let to_run = still_to_run(&plan, selected, &records);
+    let to_run = still_to_run(&plan, selected, &records, options.retry_errors);
     let kept = plan.cells.len().min(records.len());
     let needs_gpus = to_run.iter().any(|&i| !plan.cells[i].gpus.is_empty());
     let limit = job_limit(&options, needs_gpus);
@@ -318,18 +320,22 @@ fn open_manifest(previous: Option<Manifest>, plan: &Plan, inventory: &Inventory)
 }
 
 /// The selected cells without a record yet. A resumed run keeps finished cells; skipped ones get
-/// another chance (the host may differ).
+/// another chance (the host may differ), and so do cells that ended in a spurious `error` unless
+/// `retry_errors` is off: an infrastructure fault says nothing about the cell, so it is queued
+/// again, as crater and LAVA re-queue theirs.
 fn still_to_run(
     plan: &Plan,
     selected: Vec<usize>,
     records: &HashMap<String, CellRecord>,
+    retry_errors: bool,
 ) -> Vec<usize> {
     selected
         .into_iter()
         .filter(|&i| {
-            records
-                .get(plan.cells[i].id.as_str())
-                .is_none_or(|r| r.status == Status::Skip)
+            records.get(plan.cells[i].id.as_str()).is_none_or(|r| {
+                r.status == Status::Skip
+                    || (retry_errors && r.status == Status::Error && r.spurious)
+            })
         })
         .collect()
 }

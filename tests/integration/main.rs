@@ -5,6 +5,7 @@ mod util;
 mod classify;
 mod demo;
 mod engines;
+mod hardening;
 mod matrix;
 mod matrix_cli;
 mod matrix_errors;

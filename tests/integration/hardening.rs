@@ -1,0 +1,190 @@
+//! Hardening: what a run must never do to the files around it, to its results, or to the signals
+//! and exit codes scripts rely on. Real processes and real signals, as in `run.rs`, whose scene
+//! helpers these tests share.
+
+use crate::run::{MARKER_ENV, Scene, finish, is_running, job_sh, text, wait_until};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use std::time::{Duration, Instant};
+
+/// Two passing job cells, `alpha` and `beta`, that count their runs in `<case>.count`.
+fn counting_scene() -> Scene {
+    Scene::new(&format!(
+        r#"
+[matrix]
+case = ["alpha", "beta"]
+[job]
+command = "{job} count {{case}}.count"
+"#,
+        job = job_sh()
+    ))
+}
+
+fn runs_of(scene: &Scene, name: &str) -> usize {
+    std::fs::read_to_string(scene.path(name))
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+// ---------------------------------------------------------------------------------------------
+// `--out` into a folder that is not a run folder
+
+#[test]
+fn run_out_into_a_folder_of_other_files_exits_2_and_touches_nothing() {
+    let scene = counting_scene();
+    let out = scene.out();
+    std::fs::create_dir_all(&out).expect("out");
+    std::fs::write(out.join("index.html"), "my own page").expect("write");
+    std::fs::write(out.join("notes.txt"), "keep me").expect("write");
+    let ran = scene.run(&[]);
+    assert_eq!(ran.status.code(), Some(2), "{}", text(&ran.stderr));
+    let stderr = text(&ran.stderr);
+    assert!(stderr.contains("not a gpucompat run folder"), "{stderr}");
+    assert!(stderr.contains(&out.display().to_string()), "{stderr}");
+    assert!(stderr.contains("`index.html`"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(out.join("index.html")).expect("read"),
+        "my own page"
+    );
+    let mut names: Vec<_> = std::fs::read_dir(&out)
+        .expect("read out")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["index.html", "notes.txt"], "nothing was added");
+    assert_eq!(runs_of(&scene, "alpha.count"), 0, "no cell ran");
+}
+
+#[test]
+fn run_out_into_an_empty_folder_or_a_run_folder_is_accepted() {
+    let scene = counting_scene();
+    std::fs::create_dir_all(scene.out()).expect("out");
+    let ran = scene.run(&[]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    // The run folder now holds the report too; it is still a run folder to resume.
+    assert!(scene.out().join("index.html").exists());
+    let ran = scene.run(&["--resume"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+}
+
+// ---------------------------------------------------------------------------------------------
+// A run that tested nothing
+
+#[test]
+fn a_run_where_every_cell_was_skipped_exits_4() {
+    let scene = Scene::new(
+        r#"
+[matrix]
+case = ["a", "b"]
+[resources]
+gpus = "sm_90"
+[job]
+command = "true"
+"#,
+    );
+    let ran = scene.run(&[]);
+    assert_eq!(ran.status.code(), Some(4), "{}", text(&ran.stderr));
+    let records = scene.records();
+    assert_eq!(records.len(), 2);
+    assert!(
+        records.iter().all(|r| r["status"] == "skip"),
+        "{records:#?}"
+    );
+}
+
+#[test]
+fn a_run_where_some_cells_ran_and_others_were_skipped_exits_0() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+case = ["cpu", "gpu"]
+[[matrix.include]]
+case = "gpu"
+gpu = "sm_90"
+[resources]
+gpus = "{{gpu}}"
+[job]
+command = "{job} pass"
+"#,
+        job = job_sh()
+    ));
+    let ran = scene.run(&[]);
+    assert_eq!(
+        ran.status.code(),
+        Some(0),
+        "{}\n{}",
+        text(&ran.stdout),
+        text(&ran.stderr)
+    );
+    assert_eq!(scene.record("gpu")["status"], "skip");
+    assert_eq!(scene.record("cpu")["status"], "pass");
+}
+
+#[test]
+fn help_documents_exit_code_4() {
+    let out = crate::util::gpucompat()
+        .arg("--help")
+        .output()
+        .expect("help");
+    let help = text(&out.stdout);
+    assert!(
+        help.lines()
+            .any(|l| l.trim_start().starts_with("4 ") && l.contains("skipped")),
+        "{help}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// `--resume` and spurious errors
+
+/// A finished run of `counting_scene` whose `beta` record is turned into what an infrastructure
+/// fault leaves: a spurious `error` (as `full disk under the log` in `run.rs` produces for real).
+fn run_with_a_spurious_error() -> Scene {
+    let scene = counting_scene();
+    let ran = scene.run(&[]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    let results = scene.out().join("results.jsonl");
+    let lines: Vec<String> = std::fs::read_to_string(&results)
+        .expect("results")
+        .lines()
+        .map(|line| {
+            let mut record: serde_json::Value = serde_json::from_str(line).expect("json");
+            if record["id"] == "beta" {
+                record["status"] = "error".into();
+                record["spurious"] = true.into();
+                record["reason"] = "cannot write the log: no space left on device".into();
+            }
+            record.to_string()
+        })
+        .collect();
+    std::fs::write(&results, lines.join("\n") + "\n").expect("write");
+    scene
+}
+
+#[test]
+fn resume_runs_spurious_errors_again_by_default() {
+    let scene = run_with_a_spurious_error();
+    let ran = scene.run(&["--resume"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    assert_eq!(runs_of(&scene, "alpha.count"), 1, "a pass is kept");
+    assert_eq!(
+        runs_of(&scene, "beta.count"),
+        2,
+        "the spurious error ran again"
+    );
+    let last = scene
+        .records()
+        .into_iter()
+        .rfind(|r| r["id"] == "beta")
+        .expect("beta");
+    assert_eq!(last["status"], "pass");
+}
+
+#[test]
+fn resume_with_no_retry_errors_keeps_spurious_errors() {
+    let scene = run_with_a_spurious_error();
+    let ran = scene.run(&["--resume", "--no-retry-errors"]);
+    assert_eq!(ran.status.code(), Some(1), "{}", text(&ran.stderr));
+    assert_eq!(runs_of(&scene, "beta.count"), 1, "the error was kept");
+}
