@@ -243,9 +243,9 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
     let classifier = Classifier::with_rules(&plan.rules).map_err(RunError::Rules)?;
     let http = server::client().map_err(RunError::Http)?;
     let plan_json = serde_json::to_vec_pretty(&plan).map_err(RunError::PlanJson)?;
-    let (folder, (previous, mut records)) =
-        RunFolder::open(&options.out, &plan.file_hash, options.resume)?;
-    let mut manifest = open_manifest(previous, &plan, &options.inventory);
+    let (folder, previous) = RunFolder::open(&options.out, &plan.file_hash, options.resume)?;
+    let mut records = previous.records;
+    let mut manifest = open_manifest(previous.manifest, &plan, &options.inventory);
     folder.write_manifest(&manifest)?;
     folder.write_atomic(folder::PLAN, &plan_json)?;
     let to_run = still_to_run(&plan, selected, &records, options.retry_errors);
@@ -255,6 +255,9 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
     let run_token = run_token(&options.inventory.host);
     let reaper = start_reaper(&options, &run_token)?;
     let reporter = Reporter::new(to_run.len(), 0, options.interactive);
+    for bad in &previous.bad_lines {
+        reporter.line(&format!("warning: {bad}"));
+    }
     reporter.line(&intro_line(&plan, &options, to_run.len(), limit, kept));
     let jobs = schedule::jobs(&plan, to_run.iter().copied(), &HashMap::new());
     let (scheduler, never) = Scheduler::new(jobs, options.inventory.gpus.clone());

@@ -188,3 +188,95 @@ fn resume_with_no_retry_errors_keeps_spurious_errors() {
     assert_eq!(ran.status.code(), Some(1), "{}", text(&ran.stderr));
     assert_eq!(runs_of(&scene, "beta.count"), 1, "the error was kept");
 }
+
+// ---------------------------------------------------------------------------------------------
+// `results.jsonl` after a crash, or with a damaged line
+
+/// `counting_scene` with only `alpha` run, its record's newline cut off as a crash between the
+/// record's bytes and its newline would leave it.
+fn run_without_the_last_newline() -> Scene {
+    let scene = counting_scene();
+    let ran = scene.run(&["--cell", "alpha"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    let results = scene.out().join("results.jsonl");
+    let bytes = std::fs::read(&results).expect("results");
+    assert_eq!(bytes.last(), Some(&b'\n'));
+    std::fs::write(&results, &bytes[..bytes.len() - 1]).expect("write");
+    scene
+}
+
+#[test]
+fn resume_keeps_a_complete_last_record_without_its_newline() {
+    let scene = run_without_the_last_newline();
+    let ran = scene.run(&["--resume"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    assert_eq!(runs_of(&scene, "alpha.count"), 1, "alpha's record was kept");
+    assert_eq!(runs_of(&scene, "beta.count"), 1);
+    // Every line parses: beta's record was not glued onto alpha's.
+    let ids: Vec<String> = scene
+        .records()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(ids, ["alpha", "beta"]);
+}
+
+#[test]
+fn report_keeps_a_complete_last_record_without_its_newline() {
+    let scene = run_without_the_last_newline();
+    let report = scene.path("report");
+    let out = crate::util::gpucompat()
+        .arg("report")
+        .arg(scene.out())
+        .arg("--out")
+        .arg(&report)
+        .output()
+        .expect("report");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let csv = std::fs::read_to_string(report.join("compat.csv")).expect("compat.csv");
+    assert!(csv.contains("alpha"), "{csv}");
+}
+
+#[test]
+fn resume_warns_about_a_corrupt_middle_line_and_keeps_every_other_record() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+case = ["a", "b", "c"]
+[job]
+command = "{job} count {{case}}.count"
+"#,
+        job = job_sh()
+    ));
+    let ran = scene.run(&["--cell", "a", "--cell", "b", "--cell", "c"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    let results = scene.out().join("results.jsonl");
+    let text_now = std::fs::read_to_string(&results).expect("results");
+    let mut lines: Vec<&str> = text_now.lines().collect();
+    assert_eq!(lines.len(), 3);
+    let damaged = lines[1].replace(r#""status""#, r#""stat"#);
+    let b = serde_json::from_str::<serde_json::Value>(lines[1]).expect("json")["id"].clone();
+    lines[1] = &damaged;
+    std::fs::write(&results, lines.join("\n") + "\n").expect("write");
+
+    let ran = scene.run(&["--resume"]);
+    let stderr = text(&ran.stderr);
+    assert_eq!(ran.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "warning: {}:2: not a cell record",
+            results.display()
+        )),
+        "{stderr}"
+    );
+    // The two good records were kept; only the damaged line's cell ran again.
+    let b = b.as_str().expect("id");
+    for case in ["a", "b", "c"] {
+        let expected = if case == b { 2 } else { 1 };
+        assert_eq!(
+            runs_of(&scene, &format!("{case}.count")),
+            expected,
+            "{case}"
+        );
+    }
+}
