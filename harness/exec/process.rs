@@ -12,6 +12,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 
@@ -169,6 +170,16 @@ impl Running {
     /// TERM to every process of the cell, `grace` to exit, KILL to the rest, then a check that
     /// none is left. Waits for the output streams to close so the log is complete.
     pub async fn teardown(&mut self, grace: Duration) -> Teardown {
+        self.teardown_unless_hurried(grace, None).await
+    }
+
+    /// [`Running::teardown`], with the grace cut short the moment `hurry` turns true (a second
+    /// Ctrl-C: the user wants the harness gone now, so whatever is left gets KILL at once).
+    pub async fn teardown_unless_hurried(
+        &mut self,
+        grace: Duration,
+        hurry: Option<watch::Receiver<bool>>,
+    ) -> Teardown {
         // Each look at the cell's processes is a scan of /proc, the main cost of a short cell:
         // every scan's result is used, and a cell with nothing left costs one scan.
         let alive = procfs::find_alive(&self.selector);
@@ -180,7 +191,20 @@ impl Running {
             self.reap_main();
         } else {
             signal_all(&alive, self.pgid, Signal::SIGTERM);
-            let left = self.wait_gone(grace, None).await;
+            let left = match hurry {
+                Some(mut hurry) => {
+                    let hurried = async {
+                        if hurry.wait_for(|h| *h).await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    };
+                    tokio::select! {
+                        left = self.wait_gone(grace, None) => left,
+                        () = hurried => procfs::find_alive(&self.selector),
+                    }
+                }
+                None => self.wait_gone(grace, None).await,
+            };
             if !left.is_empty() {
                 report.killed = left.len();
                 signal_all(&left, self.pgid, Signal::SIGKILL);

@@ -261,6 +261,7 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
     reporter.line(&intro_line(&plan, &options, to_run.len(), limit, kept));
     let jobs = schedule::jobs(&plan, to_run.iter().copied(), &HashMap::new());
     let (scheduler, never) = Scheduler::new(jobs, options.inventory.gpus.clone());
+    let (hurry_tx, hurry) = watch::channel(false);
     let shared = Arc::new(Shared {
         run_token,
         root: options.out.clone(),
@@ -274,6 +275,7 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
         },
         limits: options.limits,
         grace: options.grace,
+        hurry,
         host: options.inventory.host.clone(),
         http,
         plan,
@@ -287,6 +289,7 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
         new_records: 0,
         limit,
         interrupted: None,
+        hurry: hurry_tx,
         fault: None,
     };
     dispatch.record_unservable(never, &options.inventory)?;
@@ -418,6 +421,8 @@ struct Dispatch {
     limit: usize,
     /// Cells running when a stop was asked.
     interrupted: Option<usize>,
+    /// Sent on a second stop: teardowns kill at once instead of waiting out the grace.
+    hurry: watch::Sender<bool>,
     /// The run folder could not take a record: the run stops.
     fault: Option<FolderError>,
 }
@@ -480,14 +485,24 @@ impl Dispatch {
                         let _ = cancel_tx.send(true);
                     }
                 }
-                why = stop_asked, if self.interrupted.is_none() => {
-                    self.reporter.line(&format!(
-                        "{why}: tearing down {} running cell(s) (up to {:?} each); finished cells are kept",
-                        running.tasks.len(),
-                        self.shared.grace
-                    ));
-                    self.interrupted = Some(running.tasks.len());
-                    let _ = cancel_tx.send(true);
+                why = stop_asked, if !*self.hurry.borrow() => {
+                    if self.interrupted.is_none() {
+                        self.reporter.line(&format!(
+                            "{why}: tearing down {} running cell(s) (up to {:?} each); finished cells are kept; press Ctrl-C again to kill them now",
+                            running.tasks.len(),
+                            self.shared.grace
+                        ));
+                        self.interrupted = Some(running.tasks.len());
+                        let _ = cancel_tx.send(true);
+                    } else {
+                        // The user will not wait for the grace: KILL what is left, keep what
+                        // finished.
+                        self.reporter.line(&format!(
+                            "{why} again: killing {} cell(s) now",
+                            running.tasks.len()
+                        ));
+                        self.hurry.send_replace(true);
+                    }
                 }
             }
         }

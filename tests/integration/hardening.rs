@@ -280,3 +280,61 @@ command = "{job} count {{case}}.count"
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// A second Ctrl-C
+
+#[test]
+fn a_second_sigint_during_teardown_kills_at_once() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+case = ["stubborn"]
+[env]
+{marker}
+[job]
+# Ignores SIGTERM, and so does the `sleep` it starts (an ignored signal stays ignored).
+command = "trap '' TERM; echo $$ >> pids.txt; sleep 1000"
+no-progress = "300s"
+timeout = "300s"
+"#,
+        marker = MARKER_ENV,
+    ));
+    // A grace far longer than the test allows: only a kill at the second signal ends it in time.
+    let args: Vec<_> = scene
+        .args(&[])
+        .into_iter()
+        .map(|a| if a == "300ms" { "60s".into() } else { a })
+        .collect();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_gpucompat"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn gpucompat");
+    let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    wait_until("the stubborn cell", Duration::from_secs(20), || {
+        !scene.pids("pids.txt").is_empty()
+    });
+    kill(pid, Signal::SIGINT).expect("first SIGINT");
+    let log = scene.out().join("logs/stubborn.log");
+    wait_until("teardown to begin", Duration::from_secs(20), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("interrupted by the user"))
+    });
+    let second = Instant::now();
+    kill(pid, Signal::SIGINT).expect("second SIGINT");
+    let out = finish(child, Duration::from_secs(10));
+    let took = second.elapsed();
+    eprintln!("exited {took:?} after the second SIGINT");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("again: killing"), "{stderr}");
+    assert_eq!(scene.manifest()["state"], "interrupted");
+    let pids = scene.pids("pids.txt");
+    assert!(pids.iter().all(|&p| !is_running(p)), "{pids:?}");
+    assert!(
+        scene.marked_alive().is_empty(),
+        "cell processes outlived the run"
+    );
+}

@@ -137,7 +137,9 @@ impl AttemptCx<'_> {
     pub(super) async fn teardown(&self, running: &mut Running, facts: &mut Facts) {
         let shared = self.shared;
         let main_exited = running.exit_status().is_some();
-        let report = running.teardown(shared.grace).await;
+        let report = running
+            .teardown_unless_hurried(shared.grace, Some(shared.hurry.clone()))
+            .await;
         if let Some(reaper) = &shared.reaper {
             reaper.unregister(running.pgid());
         }
