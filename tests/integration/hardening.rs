@@ -338,3 +338,75 @@ timeout = "300s"
         "cell processes outlived the run"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// A daemon that leaves the group and clears its environment
+
+/// Whether this host lets the harness make a cgroup per cell (cgroup v2 mounted, and a child of
+/// the test's own cgroup can be made), and why not.
+fn cgroups_usable() -> Result<(), String> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let dir = gpucompat::exec::cgroup::own_cgroup_dir(&mounts, &own)?;
+    let probe = dir.join(format!("gpucompat-test-probe-{}", std::process::id()));
+    std::fs::create_dir(&probe).map_err(|e| format!("cannot make {}: {e}", probe.display()))?;
+    let kill = probe.join("cgroup.kill").exists();
+    let _ = std::fs::remove_dir(&probe);
+    if kill {
+        Ok(())
+    } else {
+        Err("no cgroup.kill".to_owned())
+    }
+}
+
+/// A job that starts `setsid env -i ...` (new session, empty environment: neither the group nor
+/// the token finds it) and exits at once.
+fn daemon_scene() -> Scene {
+    Scene::new(
+        r#"
+[matrix]
+case = ["daemon"]
+[job]
+command = "setsid env -i sh -c 'echo $$ > daemon.pid; exec sleep 1000' </dev/null >/dev/null 2>&1 & while [ ! -s daemon.pid ]; do sleep 0.05; done"
+"#,
+    )
+}
+
+#[test]
+fn a_daemon_that_clears_its_environment_is_killed_by_the_cells_cgroup() {
+    if let Err(why) = cgroups_usable() {
+        eprintln!("skipped: this host gives the harness no cgroup per cell ({why})");
+        return;
+    }
+    let scene = daemon_scene();
+    let ran = scene.run(&[]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    let daemon = scene.pids("daemon.pid");
+    assert_eq!(daemon.len(), 1, "the daemon wrote its pid");
+    let record = scene.record("daemon");
+    let alive = is_running(daemon[0]);
+    if alive {
+        let _ = kill(Pid::from_raw(daemon[0]), Signal::SIGKILL);
+    }
+    assert!(!alive, "the daemon outlived the run");
+    assert!(record["leaked"].as_u64().unwrap_or(0) >= 1, "{record:#}");
+    let log = scene.log(&record);
+    assert!(log.contains("found by the cell's cgroup"), "{log}");
+    assert!(!log.contains("escape detection limited"), "{log}");
+}
+
+#[test]
+fn a_cell_log_says_when_escape_detection_is_limited() {
+    let scene = daemon_scene();
+    let ran = scene.run(&[]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    let log = scene.log(&scene.record("daemon"));
+    let daemon = scene.pids("daemon.pid");
+    if daemon.first().is_some_and(|&p| is_running(p)) {
+        let _ = kill(Pid::from_raw(daemon[0]), Signal::SIGKILL);
+    }
+    match cgroups_usable() {
+        Ok(()) => assert!(!log.contains("escape detection limited"), "{log}"),
+        Err(_) => assert!(log.contains("escape detection limited"), "{log}"),
+    }
+}
