@@ -187,6 +187,7 @@ fn options(dir: &Path, jobs: usize) -> RunOptions {
             source: "bench".to_owned(),
         },
         resume: false,
+        retry_errors: true,
         cells: Vec::new(),
         cache_root: dir.join("cache"),
         limits: LogLimits::default(),

@@ -104,6 +104,7 @@ fn bench() -> Result<(), String> {
             source: "bench".to_owned(),
         },
         resume: false,
+        retry_errors: true,
         cells: Vec::new(),
         cache_root: dir.join("cache"),
         limits: LogLimits::default(),

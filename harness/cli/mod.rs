@@ -23,6 +23,7 @@ Exit codes:
   1    the run found failures that matter (unexpected failures, regressions, xpass)
   2    bad input or configuration (matrix file, arguments, inventory)
   3    the harness itself failed (I/O, a run folder it cannot write)
+  4    `run`: every cell was skipped (no matching GPU), so nothing was tested
   130  interrupted; finished cells are kept";
 
 /// Regression-matrix harness for GPU LLM serving: expand a version x GPU-arch x model matrix, run

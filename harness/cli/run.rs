@@ -25,9 +25,14 @@ pub(crate) struct RunArgs {
     /// [default: detected with nvidia-smi].
     #[arg(long, value_name = "FILE")]
     inventory: Option<PathBuf>,
-    /// Finish an interrupted run in `--out`: cells with a record are not run again.
+    /// Finish an interrupted run in `--out`: cells with a record are not run again, except skipped
+    /// cells and cells that ended in an infrastructure (spurious) error, which run again.
     #[arg(long)]
     resume: bool,
+    /// With `--resume`, keep the records of cells that ended in an infrastructure (spurious) error
+    /// instead of running them again.
+    #[arg(long, requires = "resume")]
+    no_retry_errors: bool,
     /// Run only this cell (repeatable); ids as `gpucompat matrix expand` prints them.
     #[arg(long = "cell", value_name = "ID")]
     cells: Vec<String>,
@@ -105,6 +110,7 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
         jobs: args.jobs,
         inventory,
         resume: args.resume,
+        retry_errors: !args.no_retry_errors,
         cells: args.cells,
         cache_root: absolute(args.cache_dir.unwrap_or_else(default_cache_dir)),
         limits: LogLimits::from_total(args.log_limit),
@@ -147,10 +153,14 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
 }
 
 /// 130 when interrupted; 1 when a cell failed unexpectedly, passed unexpectedly (xpass) or hit
-/// an infrastructure error; 0 otherwise.
+/// an infrastructure error; 4 when every cell was skipped (a run that tested nothing is not a
+/// green one); 0 otherwise.
 fn exit_code(summary: &RunSummary) -> u8 {
     if summary.interrupted.is_some() {
         return exit::INTERRUPTED;
+    }
+    if summary.records.iter().all(|r| r.status == Status::Skip) {
+        return exit::NOTHING_RAN;
     }
     let bad = summary
         .records
