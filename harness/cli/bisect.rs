@@ -137,6 +137,8 @@ pub(crate) fn run(args: BisectArgs) -> Result<u8, CliError> {
             grace: args.grace,
             reaper_exe: std::env::current_exe().ok(),
             interactive: false,
+            // A probe that ended in an infrastructure fault decided nothing: run it again.
+            retry_errors: true,
         },
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
