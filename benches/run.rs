@@ -10,6 +10,10 @@
 //!
 //! `cargo bench --bench run` (the per-cell progress lines go to stderr; `2>/dev/null` hides them).
 //! It prints numbers and asserts nothing about time.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benchmarks start processes and read their settings themselves"
+)]
 
 use gpucompat::exec::logsink::LogLimits;
 use gpucompat::inventory::Inventory;

@@ -105,7 +105,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
 
 fn init_tracing() {
     // Diagnostics of the harness itself go to stderr, off unless `GPUCOMPAT_LOG` asks for them.
-    let filter = tracing_subscriber::EnvFilter::try_from_env("GPUCOMPAT_LOG")
+    let filter = tracing_subscriber::EnvFilter::try_from_env(crate::env::EnvVars::GPUCOMPAT_LOG)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -1,5 +1,6 @@
 //! `gpucompat run`: run every cell of a matrix into a run folder.
 
+use crate::env::{self, EnvVars};
 use crate::errors::{CliError, exit};
 use crate::exec::logsink::LogLimits;
 use crate::inventory;
@@ -84,13 +85,13 @@ fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 pub(super) fn default_cache_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("GPUCOMPAT_CACHE_DIR") {
+    if let Some(dir) = env::var_os(EnvVars::GPUCOMPAT_CACHE_DIR) {
         return PathBuf::from(dir);
     }
-    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+    if let Some(dir) = env::var_os(EnvVars::XDG_CACHE_HOME) {
         return PathBuf::from(dir).join("gpucompat");
     }
-    match std::env::var_os("HOME") {
+    match env::var_os(EnvVars::HOME) {
         Some(home) => PathBuf::from(home).join(".cache").join("gpucompat"),
         None => std::env::temp_dir().join("gpucompat-cache"),
     }

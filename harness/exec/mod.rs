@@ -13,6 +13,10 @@
 //! - [`reaper`]: a guardian process that kills every cell process if the harness dies, even by
 //!   SIGKILL, when the pipe it listens on closes.
 //! - [`probe`]: short synchronous commands whose output is captured (`nvidia-smi`).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "exec is the one module that starts processes"
+)]
 
 pub mod cgroup;
 pub mod listeners;

@@ -100,7 +100,7 @@ fn me() -> u32 {
 }
 
 fn per_user_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+    match crate::env::var_os(crate::env::EnvVars::XDG_RUNTIME_DIR).map(PathBuf::from) {
         Some(dir) if dir.is_absolute() => dir.join("gpucompat-ports"),
         _ => PathBuf::from(format!("{SHARED_DIR}-{}", me())),
     }

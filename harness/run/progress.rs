@@ -39,7 +39,7 @@ impl Reporter {
 
     /// Whether stderr is a terminal a person is watching.
     pub(crate) fn stderr_is_interactive() -> bool {
-        std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
+        std::io::stderr().is_terminal() && crate::env::var_os(crate::env::EnvVars::CI).is_none()
     }
 
     /// A line above the bar, or on stderr.

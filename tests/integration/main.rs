@@ -1,4 +1,8 @@
 //! One integration-test binary driving the real `gpucompat` CLI (one module per capability).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests start servers and read the environment themselves"
+)]
 
 mod util;
 
