@@ -52,6 +52,9 @@ pub struct RunOptions {
     pub reaper_exe: Option<PathBuf>,
     /// Draw a live bar instead of plain lines.
     pub interactive: bool,
+    /// No line per cell and no intro line (`false` for `gpucompat run`): a caller that reports
+    /// each cell itself, such as `gpucompat bisect`. Faults and interruptions are still said.
+    pub quiet: bool,
 }
 
 /// What a run left behind.
@@ -247,8 +250,8 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
     let limit = job_limit(&options, needs_gpus);
     let run_token = run_token(&options.inventory.host);
     let reaper = start_reaper(&options, &run_token)?;
-    let reporter = Reporter::new(to_run.len(), 0, options.interactive);
-    reporter.line(&intro_line(&plan, &options, to_run.len(), limit, kept));
+    let reporter = Reporter::new(to_run.len(), 0, options.interactive, options.quiet);
+    reporter.progress(&intro_line(&plan, &options, to_run.len(), limit, kept));
     let jobs = schedule::jobs(&plan, to_run.iter().copied(), &HashMap::new());
     let (scheduler, never) = Scheduler::new(jobs, options.inventory.gpus.clone());
     let shared = Arc::new(Shared {
