@@ -6,7 +6,8 @@
 //! `bisect.json`) except the bisected axis and the keys the others determine (`include` keys),
 //! fails with the bisected signature (or either is unknown), and, for a version bisect, sits
 //! after the last good value (PEP 440 order): the cell at the bad version and the later ones
-//! that still fail. An attribution explains the cell with all of its values.
+//! that still fail (a bisect without a first bad value: its bad end only). An attribution
+//! explains the cell with all of its values.
 
 use super::error::ReportError;
 use super::logs;
@@ -189,20 +190,28 @@ fn explains(bisect: &LoadedBisect, record: &CellRecord, details: &[String]) -> b
     }
     match axis {
         None => true,
-        Some(axis) => after_last_good(file, &text_of(&record.values, axis)),
+        Some(axis) => in_failing_range(file, &text_of(&record.values, axis)),
     }
 }
 
-/// A version bisect: whether `value` is later than the last good value (any value when no good
-/// one is known); a value that is no version only when it is the bad end.
-fn after_last_good(file: &BisectFile, value: &str) -> bool {
-    let Ok(version) = Version::from_str(value) else {
-        let bad = file.first_bad.clone().flatten();
-        return bad.as_deref() == Some(value) || file.inputs.bad.as_deref() == Some(value);
+/// A version bisect: whether `value` is in the failing range: later than the last good value
+/// (from the first bad one when no good one is known). A bisect with no first bad value (the bad
+/// end passed, or an end failed otherwise) speaks only of its bad end.
+fn in_failing_range(file: &BisectFile, value: &str) -> bool {
+    let same = |a: &str, b: &str| match (Version::from_str(a), Version::from_str(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
     };
-    match file.last_good.clone().flatten() {
-        Some(good) => Version::from_str(&good).map_or(true, |good| version > good),
-        None => true,
+    let Some(first_bad) = file.first_bad.clone().flatten() else {
+        return file.inputs.bad.as_deref().is_some_and(|bad| same(bad, value));
+    };
+    let Ok(version) = Version::from_str(value) else {
+        return value == first_bad;
+    };
+    let good = file.last_good.clone().flatten();
+    match good.as_deref().map(Version::from_str) {
+        Some(Ok(good)) => version > good,
+        _ => Version::from_str(&first_bad).map_or(value == first_bad, |bad| version >= bad),
     }
 }
 
@@ -466,6 +475,13 @@ mod tests {
         assert!(!explains(&bisect, &cell("0.6.9", "sm_90", Status::Fail), &[]));
         assert!(!explains(&bisect, &cell("0.6.11", "sm_90", Status::Pass), &[]));
         assert!(!explains(&bisect, &cell("0.6.11", "sm_89", Status::Fail), &[]));
+        // With no first bad value, only the bad end.
+        let mut open = bisect.clone();
+        open.file.first_bad = Some(None);
+        open.file.last_good = Some(None);
+        open.file.inputs.bad = Some("0.6.10".into());
+        assert!(explains(&open, &cell("0.6.10", "sm_90", Status::Fail), &[]));
+        assert!(!explains(&open, &cell("0.6.11", "sm_90", Status::Fail), &[]));
         // A key the others determine (an `include` key) is not compared.
         assert!(explains(
             &bisect,
