@@ -446,6 +446,9 @@ pub(crate) fn cell_page(ctx: &ReportContext, cell: &CellEntry, full_log: Option<
                     @if let Some(change) = cell.change {
                         dt { "since the previous run" } dd { (change.describe()) }
                     }
+                    @if let Some(b) = &cell.bisect {
+                        dt { "bisect" } dd.bisect { a href="#bisect" { (b.note) } }
+                    }
                     dt { "last change of state" }
                     dd {
                         @match &cell.history.last_change {
@@ -453,6 +456,12 @@ pub(crate) fn cell_page(ctx: &ReportContext, cell: &CellEntry, full_log: Option<
                             None => { "none in the loaded runs" },
                         }
                         " · same state for " (cell.history.same_for) " run(s)"
+                    }
+                }
+                @let explaining: Vec<&BisectView> = ctx.bisects.iter().filter(|b| b.cells.iter().any(|c| c.id == cell.id)).collect();
+                @if !explaining.is_empty() {
+                    section #bisect {
+                        @for b in explaining { (bisect_section(b)) }
                     }
                 }
                 h2 { "Timings" }
@@ -480,12 +489,6 @@ pub(crate) fn cell_page(ctx: &ReportContext, cell: &CellEntry, full_log: Option<
                             @if line.root { mark { (line.text) } } @else { (line.text) }
                             "\n"
                         }
-                    }
-                }
-                @let explaining: Vec<&BisectView> = ctx.bisects.iter().filter(|b| b.cells.iter().any(|c| c.id == cell.id)).collect();
-                @if !explaining.is_empty() {
-                    section #bisect {
-                        @for b in explaining { (bisect_section(b)) }
                     }
                 }
                 h2 { "Reproduce" }
