@@ -203,7 +203,11 @@ fn in_failing_range(file: &BisectFile, value: &str) -> bool {
         _ => a == b,
     };
     let Some(first_bad) = file.first_bad.clone().flatten() else {
-        return file.inputs.bad.as_deref().is_some_and(|bad| same(bad, value));
+        return file
+            .inputs
+            .bad
+            .as_deref()
+            .is_some_and(|bad| same(bad, value));
     };
     let Ok(version) = Version::from_str(value) else {
         return value == first_bad;
@@ -322,12 +326,7 @@ fn view(bisect: &LoadedBisect, slug: &str, cells: Vec<CellLink>) -> BisectView {
     }
 }
 
-fn probe(
-    bisect: &LoadedBisect,
-    slug: &str,
-    i: usize,
-    run: &summary::RunEntry,
-) -> ProbeView {
+fn probe(bisect: &LoadedBisect, slug: &str, i: usize, run: &summary::RunEntry) -> ProbeView {
     let located = match text::inside(&run.log) {
         Some(relative) => logs::locate(&bisect.dir, &relative),
         None if run.log.is_empty() => Ok(None),
@@ -470,18 +469,42 @@ mod tests {
             r.status = status;
             r
         };
-        assert!(explains(&bisect, &cell("0.6.10", "sm_90", Status::Fail), &[]));
-        assert!(explains(&bisect, &cell("0.6.11", "sm_90", Status::Xfail), &[]));
-        assert!(!explains(&bisect, &cell("0.6.9", "sm_90", Status::Fail), &[]));
-        assert!(!explains(&bisect, &cell("0.6.11", "sm_90", Status::Pass), &[]));
-        assert!(!explains(&bisect, &cell("0.6.11", "sm_89", Status::Fail), &[]));
+        assert!(explains(
+            &bisect,
+            &cell("0.6.10", "sm_90", Status::Fail),
+            &[]
+        ));
+        assert!(explains(
+            &bisect,
+            &cell("0.6.11", "sm_90", Status::Xfail),
+            &[]
+        ));
+        assert!(!explains(
+            &bisect,
+            &cell("0.6.9", "sm_90", Status::Fail),
+            &[]
+        ));
+        assert!(!explains(
+            &bisect,
+            &cell("0.6.11", "sm_90", Status::Pass),
+            &[]
+        ));
+        assert!(!explains(
+            &bisect,
+            &cell("0.6.11", "sm_89", Status::Fail),
+            &[]
+        ));
         // With no first bad value, only the bad end.
         let mut open = bisect.clone();
         open.file.first_bad = Some(None);
         open.file.last_good = Some(None);
         open.file.inputs.bad = Some("0.6.10".into());
         assert!(explains(&open, &cell("0.6.10", "sm_90", Status::Fail), &[]));
-        assert!(!explains(&open, &cell("0.6.11", "sm_90", Status::Fail), &[]));
+        assert!(!explains(
+            &open,
+            &cell("0.6.11", "sm_90", Status::Fail),
+            &[]
+        ));
         // A key the others determine (an `include` key) is not compared.
         assert!(explains(
             &bisect,

@@ -11,9 +11,9 @@ use super::plots;
 use super::repro;
 use super::text::{self, file_stem, http_link};
 use super::view::{
-    AxisValue, CellBadge, CellBisect, CellEntry, CellHistory, CellLink, ChangeRow, Changes, Counts, LogRef,
-    NewFingerprint, PivotRow, PivotTable, RecentChange, ReportContext, RunView, StateChange,
-    StateView,
+    AxisValue, CellBadge, CellBisect, CellEntry, CellHistory, CellLink, ChangeRow, Changes, Counts,
+    LogRef, NewFingerprint, PivotRow, PivotTable, RecentChange, ReportContext, RunView,
+    StateChange, StateView,
 };
 use crate::compare::{self, Comparison, RunComparison};
 use crate::matrix::template::value_text;

@@ -10,9 +10,7 @@ pub enum ReportError {
     NoRuns,
     #[error("`{0}` is not a run folder: it has neither {RESULTS} nor {MANIFEST}")]
     NotARunFolder(String),
-    #[error(
-        "`{0}` is not a bisect folder: it has no bisect.json, and no folder in it has one"
-    )]
+    #[error("`{0}` is not a bisect folder: it has no bisect.json, and no folder in it has one")]
     NotABisectFolder(String),
     #[error(
         "only bisect folders were given; a report shows a bisect beside the cells of a run, so name a run folder too"

@@ -35,7 +35,8 @@ pub use render::{ReportSummary, build_context, render};
 pub use repro::Reproducer;
 pub(crate) use text::visible;
 pub use view::{
-    AxisValue, BarSeries, BisectKind, BisectState, BisectView, CellBadge, CellBisect, CellEntry, CellHistory, CellLink, ChangeRow, Changes, Chart,
-    Counts, LogRef, NewFingerprint, PivotRow, PivotTable, PlotSpec, RecentChange, ReportContext,
-    ProbeView, RunView, StateChange, StateView, Verdict,
+    AxisValue, BarSeries, BisectKind, BisectState, BisectView, CellBadge, CellBisect, CellEntry,
+    CellHistory, CellLink, ChangeRow, Changes, Chart, Counts, LogRef, NewFingerprint, PivotRow,
+    PivotTable, PlotSpec, ProbeView, RecentChange, ReportContext, RunView, StateChange, StateView,
+    Verdict,
 };

@@ -444,7 +444,10 @@ fn report_shows_a_bisect_beside_the_cells_it_explains() {
     // The run under the bisect is quiet: one `[bisect]` line per probe and nothing else.
     assert!(stderr.lines().count() >= 4, "{stderr}");
     for line in stderr.lines() {
-        assert!(line.starts_with("[bisect] "), "a run's line leaked: {line:?}");
+        assert!(
+            line.starts_with("[bisect] "),
+            "a run's line leaked: {line:?}"
+        );
     }
     let file: Value = serde_json::from_slice(
         &std::fs::read(sandbox.path().join("bisects/a/bisect.json")).expect("bisect.json"),
@@ -546,12 +549,21 @@ fn report_shows_a_bisect_beside_the_cells_it_explains() {
     for (i, run) in file["runs"].as_array().expect("runs").iter().enumerate() {
         let value = run["value"].as_str().expect("value");
         assert!(page.contains(&format!("<code>{value}</code>")), "{value}");
-        let log = format!("bisects/a/{}-{}.log", i + 1, run["cell"].as_str().expect("cell"));
+        let log = format!(
+            "bisects/a/{}-{}.log",
+            i + 1,
+            run["cell"].as_str().expect("cell")
+        );
         assert!(page.contains(&format!(r#"href="../{log}""#)), "{log}");
         assert_eq!(
             std::fs::read(site.join(&log)).expect("copied log"),
-            std::fs::read(sandbox.path().join("bisects/a").join(run["log"].as_str().expect("log")))
-                .expect("probe log"),
+            std::fs::read(
+                sandbox
+                    .path()
+                    .join("bisects/a")
+                    .join(run["log"].as_str().expect("log"))
+            )
+            .expect("probe log"),
         );
     }
     let passing = std::fs::read_to_string(site.join("cells/1.8-b.html")).expect("page");

@@ -1291,8 +1291,12 @@ fn context_with_bisects_snapshot() {
         ..ReportOptions::default()
     };
     // One bisect among the run folders, two with `--bisect`.
-    let ctx = build_context(&[tonight_dir, bisects.join("fi-version"), last], &out, &options)
-        .unwrap();
+    let ctx = build_context(
+        &[tonight_dir, bisects.join("fi-version"), last],
+        &out,
+        &options,
+    )
+    .unwrap();
     assert_eq!(ctx.runs.len(), 2, "a bisect folder is not a run");
     let badges: Vec<(&str, &str)> = ctx
         .tables
@@ -1306,7 +1310,11 @@ fn context_with_bisects_snapshot() {
         .filter(|c| c.bisect.is_some())
         .map(|c| json!({"id": c.id, "bisect": c.bisect}))
         .collect();
-    let warnings: Vec<&String> = ctx.warnings.iter().filter(|w| w.contains("bisect")).collect();
+    let warnings: Vec<&String> = ctx
+        .warnings
+        .iter()
+        .filter(|w| w.contains("bisect"))
+        .collect();
     let shown = json!({
         "badges": badges, "cells": explained, "bisects": ctx.bisects, "warnings": warnings,
     });
