@@ -118,6 +118,7 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
         grace: args.grace,
         reaper_exe: std::env::current_exe().ok(),
         interactive: Reporter::stderr_is_interactive(),
+        quiet: false,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

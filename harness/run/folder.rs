@@ -210,8 +210,18 @@ impl RunFolder {
     }
 }
 
-/// Names a run writes into its folder (the report's included) or leaves there while it writes.
-const RUN_FOLDER_NAMES: &[&str] = &[RESULTS, MANIFEST, PLAN, LOGS, ".lock"];
+/// Names a run writes into its folder (the report's included) or leaves there while it writes,
+/// and those of the commands that run cells into a run folder of their own (a bisect's summary
+/// and lock), which are run folders too.
+const RUN_FOLDER_NAMES: &[&str] = &[
+    RESULTS,
+    MANIFEST,
+    PLAN,
+    LOGS,
+    ".lock",
+    "bisect.json",
+    ".bisect.lock",
+];
 
 /// Refuses an existing folder that is neither empty nor a run folder: a run writes `index.html`,
 /// `compat.md`, `junit.xml`, ... into it, and would overwrite whatever a user kept there. A run

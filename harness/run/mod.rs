@@ -54,6 +54,9 @@ pub struct RunOptions {
     pub reaper_exe: Option<PathBuf>,
     /// Draw a live bar instead of plain lines.
     pub interactive: bool,
+    /// No line per cell and no intro line (`false` for `gpucompat run`): a caller that reports
+    /// each cell itself, such as `gpucompat bisect`. Faults and interruptions are still said.
+    pub quiet: bool,
 }
 
 /// What a run left behind.
@@ -249,11 +252,11 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
     let limit = job_limit(&options, needs_gpus);
     let run_token = run_token(&options.inventory.host);
     let reaper = start_reaper(&options, &run_token)?;
-    let reporter = Reporter::new(to_run.len(), 0, options.interactive);
+    let reporter = Reporter::new(to_run.len(), 0, options.interactive, options.quiet);
     for bad in &previous.bad_lines {
         reporter.line(&format!("warning: {bad}"));
     }
-    reporter.line(&intro_line(&plan, &options, to_run.len(), limit, kept));
+    reporter.progress(&intro_line(&plan, &options, to_run.len(), limit, kept));
     let jobs = schedule::jobs(&plan, to_run.iter().copied(), &HashMap::new());
     let (scheduler, never) = Scheduler::new(jobs, options.inventory.gpus.clone());
     let (hurry_tx, hurry) = watch::channel(false);

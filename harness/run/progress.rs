@@ -12,12 +12,15 @@ pub(crate) struct Reporter {
     bar: Option<ProgressBar>,
     running: usize,
     failed: usize,
+    /// No per-cell lines (see `RunOptions::quiet`).
+    quiet: bool,
 }
 
 impl Reporter {
-    /// A bar on an interactive terminal; plain lines otherwise (CI, pipes, `CI=true`).
-    pub(crate) fn new(total: usize, already_done: usize, interactive: bool) -> Self {
-        let bar = interactive.then(|| {
+    /// A bar on an interactive terminal; plain lines otherwise (CI, pipes, `CI=true`); neither
+    /// bar nor per-cell lines when `quiet`.
+    pub(crate) fn new(total: usize, already_done: usize, interactive: bool, quiet: bool) -> Self {
+        let bar = (interactive && !quiet).then(|| {
             let bar =
                 ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
             bar.set_style(
@@ -34,6 +37,7 @@ impl Reporter {
             bar,
             running: 0,
             failed: 0,
+            quiet,
         }
     }
 
@@ -52,6 +56,13 @@ impl Reporter {
         }
     }
 
+    /// A progress line: said unless quiet.
+    pub(crate) fn progress(&self, text: &str) {
+        if !self.quiet {
+            self.line(text);
+        }
+    }
+
     pub(crate) fn started(&mut self, id: &str, gpus: &[GpuInfo]) {
         self.running += 1;
         if self.bar.is_none() {
@@ -66,7 +77,7 @@ impl Reporter {
                         .join(", ")
                 )
             };
-            self.line(&format!("   START {id}{on}"));
+            self.progress(&format!("   START {id}{on}"));
         }
         self.update();
     }
@@ -78,7 +89,7 @@ impl Reporter {
         if record.status.is_unexpected() || record.status == Status::Error {
             self.failed += 1;
         }
-        self.line(&finish_line(record));
+        self.progress(&finish_line(record));
         if let Some(bar) = &self.bar {
             bar.inc(1);
         }
