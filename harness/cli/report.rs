@@ -44,6 +44,10 @@ pub(crate) struct ReportArgs {
     /// Title of the report [default: from the matrix file's name].
     #[arg(long)]
     title: Option<String>,
+    /// A line of results.jsonl that is not a record is an error (exit 2); by default it is a
+    /// warning naming the file and line, and every other record is kept.
+    #[arg(long)]
+    strict: bool,
 }
 
 /// A report error as the CLI says it: bad input (exit 2) or a harness fault (exit 3).
@@ -61,6 +65,7 @@ pub(crate) fn run(args: ReportArgs) -> Result<u8, CliError> {
         cols: args.cols,
         title: args.title,
         bisects: args.bisects,
+        strict: args.strict,
     };
     let summary = report::render(&args.runs, &args.out, &options).map_err(report_error)?;
     {

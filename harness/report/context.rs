@@ -35,6 +35,8 @@ pub struct ReportOptions {
     /// Bisect folders (or folders of them) to show beside the cells they explain; bisect folders
     /// among the run folders are recognised too.
     pub bisects: Vec<PathBuf>,
+    /// A line of `results.jsonl` that is not a record is an error, not a warning.
+    pub strict: bool,
 }
 /// The label shown for a record's status: its signature for a failure.
 fn label(record: &CellRecord) -> String {

@@ -8,7 +8,7 @@
 use super::error::ReportError;
 use crate::matrix::template::value_text;
 use crate::record::{CellRecord, Manifest};
-use crate::run::folder::{MANIFEST, PLAN, RESULTS, read_results};
+use crate::run::folder::{MANIFEST, PLAN, RESULTS, read_results, read_results_tolerant};
 use indexmap::IndexMap;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -70,13 +70,13 @@ pub(crate) struct PlanCell {
 
 /// Reads run folders, oldest first (by manifest `started_at`; folders without a manifest first,
 /// in the order given).
-pub(crate) fn load_runs(dirs: &[PathBuf]) -> Result<Vec<LoadedRun>, ReportError> {
+pub(crate) fn load_runs(dirs: &[PathBuf], strict: bool) -> Result<Vec<LoadedRun>, ReportError> {
     if dirs.is_empty() {
         return Err(ReportError::NoRuns);
     }
     let mut runs = dirs
         .iter()
-        .map(|d| load_run(d))
+        .map(|d| load_run_with(d, strict))
         .collect::<Result<Vec<_>, _>>()?;
     // Stable: equal keys keep the order given.
     runs.sort_by_cached_key(|run| {
@@ -91,8 +91,14 @@ pub(crate) fn is_run_folder(dir: &Path) -> bool {
     dir.join(RESULTS).is_file() || dir.join(MANIFEST).is_file()
 }
 
-/// Reads one run folder.
+/// Reads one run folder; a line of `results.jsonl` that is not a record becomes a warning.
 pub(crate) fn load_run(dir: &Path) -> Result<LoadedRun, ReportError> {
+    load_run_with(dir, false)
+}
+
+/// Reads one run folder. `strict`: a line of `results.jsonl` that is not a record is an error;
+/// otherwise it is a warning (file and line) and every other record is kept.
+pub(crate) fn load_run_with(dir: &Path, strict: bool) -> Result<LoadedRun, ReportError> {
     let shown = dir.display().to_string();
     let results_path = dir.join(RESULTS);
     let manifest_path = dir.join(MANIFEST);
@@ -130,10 +136,17 @@ pub(crate) fn load_run(dir: &Path) -> Result<LoadedRun, ReportError> {
         },
         Err(_) => None,
     };
-    let by_id = read_results(&results_path, false).map_err(|source| ReportError::Folder {
+    let folder_err = |source| ReportError::Folder {
         path: shown.clone(),
         source,
-    })?;
+    };
+    let by_id = if strict {
+        read_results(&results_path, false).map_err(folder_err)?
+    } else {
+        let results = read_results_tolerant(&results_path, false).map_err(folder_err)?;
+        warnings.extend(results.bad_lines.iter().map(|bad| bad.to_string()));
+        results.records
+    };
     let records = order_records(by_id, plan.as_ref());
     let name = dir
         .file_name()

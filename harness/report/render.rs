@@ -54,7 +54,7 @@ pub fn render(
     options: &ReportOptions,
 ) -> Result<ReportSummary, ReportError> {
     let (runs, bisect_dirs) = bisects::split(runs, &options.bisects)?;
-    let loaded = load_runs(&runs)?;
+    let loaded = load_runs(&runs, options.strict)?;
     let bisects = bisects::load(&bisect_dirs)?;
     render_loaded(&loaded, &bisects, out, options)
 }
@@ -66,7 +66,7 @@ pub fn build_context(
     options: &ReportOptions,
 ) -> Result<ReportContext, ReportError> {
     let (runs, bisect_dirs) = bisects::split(runs, &options.bisects)?;
-    let loaded = load_runs(&runs)?;
+    let loaded = load_runs(&runs, options.strict)?;
     let bisects = bisects::load(&bisect_dirs)?;
     context::build(&loaded, &bisects, out, options)
 }

@@ -238,6 +238,67 @@ fn report_keeps_a_complete_last_record_without_its_newline() {
 }
 
 #[test]
+fn report_warns_about_a_corrupt_middle_line_and_keeps_every_other_record_unless_strict() {
+    let scene = Scene::new(&format!(
+        r#"
+[matrix]
+case = ["a", "b", "c"]
+[job]
+command = "{job} count {{case}}.count"
+"#,
+        job = job_sh()
+    ));
+    let ran = scene.run(&[]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    let results = scene.out().join("results.jsonl");
+    let before = std::fs::read_to_string(&results).expect("results");
+    let mut lines: Vec<String> = before.lines().map(str::to_owned).collect();
+    let damaged_id = serde_json::from_str::<serde_json::Value>(&lines[1]).expect("json")["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    lines[1] = lines[1].replace(r#""status""#, r#""stat"#);
+    std::fs::write(&results, lines.join("\n") + "\n").expect("write");
+
+    let report = |dir: &str, strict: bool| {
+        let mut cmd = crate::util::gpucompat();
+        cmd.arg("report")
+            .arg(scene.out())
+            .arg("--out")
+            .arg(scene.path(dir));
+        if strict {
+            cmd.arg("--strict");
+        }
+        cmd.output().expect("report")
+    };
+    let tolerant = report("report", false);
+    let stderr = text(&tolerant.stderr);
+    assert_eq!(tolerant.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}:2: not a cell record", results.display())),
+        "{stderr}"
+    );
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(scene.path("report").join("compat.json")).expect("json"),
+    )
+    .expect("compat.json");
+    assert_eq!(json["runs"][0]["counts"]["total"], 2, "{json}");
+    let kept: Vec<&str> = ["a", "b", "c"]
+        .into_iter()
+        .filter(|case| *case != damaged_id)
+        .collect();
+    assert_eq!(json["axes"][0]["values"], serde_json::json!(kept), "{json}");
+
+    let strict = report("strict-report", true);
+    assert_eq!(strict.status.code(), Some(2), "{}", text(&strict.stderr));
+    assert!(
+        text(&strict.stderr).contains("line 2 is not a cell record"),
+        "{}",
+        text(&strict.stderr)
+    );
+}
+
+#[test]
 fn resume_warns_about_a_corrupt_middle_line_and_keeps_every_other_record() {
     let scene = Scene::new(&format!(
         r#"
