@@ -4,8 +4,10 @@
 //! built-in engines' defaults (sglang, vLLM, ktransformers, the FlashInfer probe) where the matrix
 //! file leaves a setting out. Pure data: nothing here starts processes.
 
-use crate::matrix::{ServerKind, ServerSpec};
+mod spec;
+
 use regex::Regex;
+pub use spec::{ServerKind, ServerSpec};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -8,6 +8,7 @@ use super::raw::{self, RawFile, RawMatrix, RawServer, Sp, Span};
 use super::template::{Template, value_text};
 use super::validate::{Checker, inner_span};
 use crate::diag::Diagnostic;
+use crate::engines::{ServerKind, ServerSpec};
 use crate::matrix::plan::*;
 use crate::record::Values;
 use crate::suggest::did_you_mean;
