@@ -67,8 +67,10 @@ pub(crate) struct BisectArgs {
     /// Pre-releases and dev releases are candidates too.
     #[arg(long, requires = "from_index")]
     pre: bool,
-    /// A folder of wheels whose versions are candidates too (nightly builds); repeatable.
-    #[arg(long, value_name = "DIR")]
+    /// With `--from-index`: a folder of wheels whose versions are candidates too (nightly
+    /// builds); repeatable. A matrix with `[python] no-index` reads only these and its own
+    /// `find-links` folders, never the network.
+    #[arg(long, value_name = "DIR", requires = "from_index")]
     find_links: Vec<PathBuf>,
     /// Run folders whose records count as probes already made (e.g. last night's run).
     #[arg(long, value_name = "DIR", num_args = 1..)]
