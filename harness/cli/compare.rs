@@ -1,5 +1,5 @@
 //! `gpucompat compare`: a thin wrapper over [`crate::compare`], on run folders read by
-//! [`crate::report::load_run`].
+//! [`crate::report::load_run_with`].
 
 use super::report::report_error;
 use crate::cli::print_stdout;
@@ -8,6 +8,7 @@ use crate::errors::{CliError, exit};
 use crate::report;
 use clap::{Args, ValueEnum};
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -29,6 +30,10 @@ pub(crate) struct CompareArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     format: CompareFormat,
+    /// A line of results.jsonl that is not a record is an error (exit 2); by default it is a
+    /// warning naming the file and line, and every other record is compared.
+    #[arg(long)]
+    strict: bool,
 }
 
 /// Text from run folders, fit for a terminal: invisible characters (escape sequences, bidi
@@ -97,8 +102,14 @@ fn markdown(base: &str, head: &str, result: &RunComparison) -> String {
 }
 
 pub(crate) fn run(args: CompareArgs) -> Result<u8, CliError> {
-    let base = report::load_run(&args.base).map_err(report_error)?;
-    let head = report::load_run(&args.head).map_err(report_error)?;
+    let base = report::load_run_with(&args.base, args.strict).map_err(report_error)?;
+    let head = report::load_run_with(&args.head, args.strict).map_err(report_error)?;
+    {
+        let mut stderr = std::io::stderr().lock();
+        for warning in base.warnings.iter().chain(&head.warnings) {
+            let _ = writeln!(stderr, "warning: {}", report::visible(warning));
+        }
+    }
     let result = compare::compare_runs(&base.records, &head.records);
     let text = match args.format {
         CompareFormat::Json => {

@@ -91,11 +91,6 @@ pub(crate) fn is_run_folder(dir: &Path) -> bool {
     dir.join(RESULTS).is_file() || dir.join(MANIFEST).is_file()
 }
 
-/// Reads one run folder; a line of `results.jsonl` that is not a record becomes a warning.
-pub(crate) fn load_run(dir: &Path) -> Result<LoadedRun, ReportError> {
-    load_run_with(dir, false)
-}
-
 /// Reads one run folder. `strict`: a line of `results.jsonl` that is not a record is an error;
 /// otherwise it is a warning (file and line) and every other record is kept.
 pub(crate) fn load_run_with(dir: &Path, strict: bool) -> Result<LoadedRun, ReportError> {
@@ -144,6 +139,10 @@ pub(crate) fn load_run_with(dir: &Path, strict: bool) -> Result<LoadedRun, Repor
         read_results(&results_path, false).map_err(folder_err)?
     } else {
         let results = read_results_tolerant(&results_path, false).map_err(folder_err)?;
+        if results.records.is_empty() && !results.bad_lines.is_empty() {
+            // Not one line could be read: this is no run folder's results, whatever its name.
+            read_results(&results_path, false).map_err(folder_err)?;
+        }
         warnings.extend(results.bad_lines.iter().map(|bad| bad.to_string()));
         results.records
     };

@@ -29,7 +29,7 @@ mod view;
 pub use context::ReportOptions;
 pub use error::ReportError;
 pub use layout::{Axis, AxisKind, Layout};
-pub(crate) use load::load_run;
+pub(crate) use load::load_run_with;
 pub use logs::{Excerpt, ExcerptLine};
 pub use render::{ReportSummary, build_context, render};
 pub use repro::Reproducer;
