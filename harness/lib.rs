@@ -25,6 +25,8 @@
 //! - [`compare`]: a baseline run against a candidate, cell by cell, in one exhaustive rule table.
 //! - [`bisect`]: `gpucompat bisect`: the first bad version of an axis, or the bumped packages
 //!   that break a cell (ddmin), each probe a real cell run through [`run`]; `bisect.json`.
+//! - [`redact`]: tokens (GitHub, Hugging Face, bearer headers) masked before text is written
+//!   to a report or posted.
 //! - [`cli`]: the command line; each subcommand is a thin wrapper over the modules above.
 //! - [`errors`]: exit codes and the error type the command line prints.
 
@@ -42,6 +44,7 @@ pub mod inventory;
 pub mod matrix;
 pub mod provision;
 pub mod record;
+pub mod redact;
 pub mod report;
 pub mod run;
 pub mod schedule;

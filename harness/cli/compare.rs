@@ -29,6 +29,10 @@ pub(crate) struct CompareArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     format: CompareFormat,
+    /// How cells are paired: `auto` (by id, then cells a bump renamed by their values minus the
+    /// moved keys), `id`, or the keys whose values identify a cell (`model,gpu`).
+    #[arg(long, value_name = "auto|id|KEY,...", default_value = "auto")]
+    pair_by: compare::PairBy,
 }
 
 /// Text from run folders, fit for a terminal: invisible characters (escape sequences, bidi
@@ -70,6 +74,9 @@ fn markdown(base: &str, head: &str, result: &RunComparison) -> String {
         esc(head),
         counts_line(result)
     );
+    if let Some(moved) = result.pairing.describe() {
+        let _ = writeln!(md, "{}.\n", esc(&moved));
+    }
     let rows: Vec<_> = result
         .cells
         .iter()
@@ -99,7 +106,8 @@ fn markdown(base: &str, head: &str, result: &RunComparison) -> String {
 pub(crate) fn run(args: CompareArgs) -> Result<u8, CliError> {
     let base = report::load_run(&args.base).map_err(report_error)?;
     let head = report::load_run(&args.head).map_err(report_error)?;
-    let result = compare::compare_runs(&base.records, &head.records);
+    let result = compare::compare_runs_by(&base.records, &head.records, &args.pair_by)
+        .map_err(CliError::input)?;
     let text = match args.format {
         CompareFormat::Json => {
             let value = serde_json::json!({
@@ -107,6 +115,7 @@ pub(crate) fn run(args: CompareArgs) -> Result<u8, CliError> {
                 "head": args.head.display().to_string(),
                 "regressions": result.regressions(),
                 "counts": result.counts,
+                "pairing": result.pairing,
                 "cells": result.cells,
             });
             let mut text = serde_json::to_string_pretty(&value).map_err(CliError::harness)?;
@@ -121,7 +130,10 @@ pub(crate) fn run(args: CompareArgs) -> Result<u8, CliError> {
                 .filter(|c| c.comparison != Comparison::Passing)
                 .map(|c| {
                     vec![
-                        plain(&c.id),
+                        match &c.base_id {
+                            Some(base_id) => format!("{} (was {})", plain(&c.id), plain(base_id)),
+                            None => plain(&c.id),
+                        },
                         c.comparison.as_str().to_owned(),
                         outcome(c.base.as_ref()),
                         outcome(c.head.as_ref()),
@@ -143,6 +155,9 @@ pub(crate) fn run(args: CompareArgs) -> Result<u8, CliError> {
                 args.head.display(),
                 counts_line(&result)
             );
+            if let Some(moved) = result.pairing.describe() {
+                let _ = writeln!(text, "{}", plain(&moved));
+            }
             text
         }
     };

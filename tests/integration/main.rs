@@ -6,6 +6,7 @@ mod bisect;
 mod classify;
 mod demo;
 mod engines;
+mod gate;
 mod matrix;
 mod matrix_cli;
 mod matrix_errors;
