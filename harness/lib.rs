@@ -27,6 +27,9 @@
 //!   that break a cell (ddmin), each probe a real cell run through [`run`]; `bisect.json`.
 //! - [`redact`]: tokens (GitHub, Hugging Face, bearer headers) masked before text is written
 //!   to a report or posted.
+//! - [`gate`]: `gpucompat gate`: a dependency bump's cells on both pin sets, paired; confirmed
+//!   regressions block, with their culprit; `gate.json`.
+//! - [`github`]: the gate's sticky PR comment and check run, a nightly's issues (octocrab).
 //! - [`cli`]: the command line; each subcommand is a thin wrapper over the modules above.
 //! - [`errors`]: exit codes and the error type the command line prints.
 
@@ -39,6 +42,8 @@ pub mod digest;
 pub mod engines;
 pub mod errors;
 pub mod exec;
+pub mod gate;
+pub mod github;
 mod http;
 pub mod inventory;
 pub mod matrix;
