@@ -35,12 +35,16 @@ pub(crate) struct PublishArgs {
 pub(crate) fn run(args: PublishArgs) -> Result<u8, CliError> {
     let run = report::load_run(&args.run).map_err(super::report::report_error)?;
     let target = github::Target::from_env(None, None).map_err(CliError::input)?;
-    let client = target.client().map_err(CliError::harness)?;
     let failures = issues::failures(&run.records);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(CliError::harness)?;
+    // The client's service stack spawns onto the runtime it is built in.
+    let client = {
+        let _inside = runtime.enter();
+        target.client().map_err(CliError::harness)?
+    };
     let report_url = args.report_url.clone().or_else(github::actions_run_url);
     let name = run.manifest.as_ref().map_or(run.name.clone(), |m| {
         format!("{} {}", run.name, m.started_at)

@@ -7,6 +7,7 @@ mod classify;
 mod demo;
 mod engines;
 mod gate;
+mod github;
 mod matrix;
 mod matrix_cli;
 mod matrix_errors;
