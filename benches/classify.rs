@@ -5,7 +5,10 @@
 //! prefilter has to look at), an illegal memory access near the end and a flood of secondary
 //! errors after it. Then it times `Classifier::classify_file` a few times and prints MB/s.
 //! It prints numbers; it asserts nothing about time.
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benchmarks start processes and read their settings themselves"
+)]
 #![expect(clippy::print_stdout, reason = "a benchmark's output is its numbers")]
 
 use gpucompat::classify::{Classifier, Evidence};

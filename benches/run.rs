@@ -10,6 +10,10 @@
 //!
 //! `cargo bench --bench run` (the per-cell progress lines go to stderr; `2>/dev/null` hides them).
 //! It prints numbers and asserts nothing about time.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benchmarks start processes and read their settings themselves"
+)]
 
 use gpucompat::exec::logsink::LogLimits;
 use gpucompat::inventory::Inventory;
@@ -187,12 +191,14 @@ fn options(dir: &Path, jobs: usize) -> RunOptions {
             source: "bench".to_owned(),
         },
         resume: false,
+        retry_errors: true,
         cells: Vec::new(),
         cache_root: dir.join("cache"),
         limits: LogLimits::default(),
         grace: Duration::from_secs(1),
         reaper_exe: None,
         interactive: false,
+        quiet: false,
     }
 }
 

@@ -104,12 +104,14 @@ fn bench() -> Result<(), String> {
             source: "bench".to_owned(),
         },
         resume: false,
+        retry_errors: true,
         cells: Vec::new(),
         cache_root: dir.join("cache"),
         limits: LogLimits::default(),
         grace: Duration::from_secs(1),
         reaper_exe: None,
         interactive: false,
+        quiet: false,
     };
     let cells = plan.cells.len();
     let start = Instant::now();

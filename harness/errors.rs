@@ -15,6 +15,9 @@ pub mod exit {
     pub const BAD_INPUT: u8 = 2;
     /// The harness itself failed (I/O error, a run folder it cannot write).
     pub const HARNESS: u8 = 3;
+    /// Every cell was skipped (no GPU matched): the run tested nothing. (nextest uses 4 for "no
+    /// tests to run".)
+    pub const NOTHING_RAN: u8 = 4;
     /// Interrupted (Ctrl-C / SIGTERM); what finished is kept.
     pub const INTERRUPTED: u8 = 130;
 }

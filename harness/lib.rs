@@ -40,6 +40,7 @@ pub mod compare;
 pub mod diag;
 pub mod digest;
 pub mod engines;
+pub mod env;
 pub mod errors;
 pub mod exec;
 pub mod gate;

@@ -12,6 +12,7 @@
 //! process group, torn down on Ctrl-C, killed by the reaper if the harness dies).
 
 use crate::digest::sha256_hex;
+use crate::env::EnvVars;
 use crate::exec::process::{self, CellCommand, SharedLog};
 use crate::exec::reaper::Reaper;
 use crate::matrix::{Cell, Pin, Plan, PythonEnv};
@@ -65,7 +66,7 @@ impl Installer {
 
     /// What `GPUCOMPAT_INSTALLER=uv|pip` asks for, if it is set.
     fn asked() -> Option<Installer> {
-        match std::env::var("GPUCOMPAT_INSTALLER").ok().as_deref() {
+        match crate::env::var(EnvVars::GPUCOMPAT_INSTALLER).as_deref() {
             Some("pip") => Some(Installer::Pip),
             Some("uv") => Some(Installer::Uv),
             _ => None,
@@ -77,7 +78,7 @@ impl Installer {
         if let Some(installer) = Installer::asked() {
             return installer;
         }
-        let on_path = std::env::var_os("PATH")
+        let on_path = crate::env::var_os(EnvVars::PATH)
             .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("uv").is_file()));
         if on_path {
             Installer::Uv

@@ -5,7 +5,6 @@
 
 use crate::signature::Signature;
 use serde::{Deserialize, Serialize};
-use std::fmt;
 
 /// Current shape of a record. Bump when a field changes meaning (adding a field does not).
 pub const FORMAT_VERSION: u32 = 1;
@@ -14,8 +13,24 @@ pub const FORMAT_VERSION: u32 = 1;
 pub type Values = serde_json::Map<String, serde_json::Value>;
 
 /// Final status of a cell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Status {
     /// Launched, answered and validated.
     Pass,
@@ -35,16 +50,9 @@ pub enum Status {
 }
 
 impl Status {
+    /// The stable name used in files and on the command line.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pass => "pass",
-            Status::Flaky => "flaky",
-            Status::Fail => "fail",
-            Status::Xfail => "xfail",
-            Status::Xpass => "xpass",
-            Status::Skip => "skip",
-            Status::Error => "error",
-        }
+        self.into()
     }
 
     /// Whether the run should exit 1 because of this cell: an unexpected failure, or a known
@@ -57,15 +65,25 @@ impl Status {
     }
 }
 
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// Where in its lifecycle a cell was when it ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Phase {
     Provision,
     Launch,
@@ -76,21 +94,9 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// The stable name used in files.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Provision => "provision",
-            Phase::Launch => "launch",
-            Phase::Ready => "ready",
-            Phase::Infer => "infer",
-            Phase::Validate => "validate",
-            Phase::Teardown => "teardown",
-        }
-    }
-}
-
-impl fmt::Display for Phase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        self.into()
     }
 }
 
@@ -251,4 +257,30 @@ pub enum RunState {
     Running,
     Finished,
     Interrupted,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strum::VariantArray;
+
+    /// The text names (strum) and the JSON names (serde) must never drift apart: reports, compare
+    /// and outside tools read one and the command line prints the other.
+    #[test]
+    fn text_and_json_names_agree_and_round_trip() {
+        for &status in Status::VARIANTS {
+            let json = serde_json::to_string(&status).expect("serialize");
+            assert_eq!(json, format!("\"{status}\""));
+            assert_eq!(status.as_str().parse::<Status>(), Ok(status));
+        }
+        for &phase in Phase::VARIANTS {
+            let json = serde_json::to_string(&phase).expect("serialize");
+            assert_eq!(json, format!("\"{}\"", phase.as_str()));
+            assert_eq!(phase.as_str().parse::<Phase>(), Ok(phase));
+        }
+        assert_eq!(Status::VARIANTS.len(), 7);
+        assert_eq!(Phase::VARIANTS.len(), 6);
+        assert_eq!(Status::Xpass.as_str(), "xpass");
+        assert!("x-pass".parse::<Status>().is_err());
+    }
 }

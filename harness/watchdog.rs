@@ -263,6 +263,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the test starts a busy process to watch"
+    )]
     fn cpu_used_while_sampling_was_late_is_progress() {
         use std::os::unix::process::CommandExt;
         let mut busy = std::process::Command::new("sh")

@@ -188,6 +188,12 @@ pub async fn bisect(
         state: State::Running,
         matrix: request.matrix.display().to_string(),
         matrix_hash: plan.file_hash.clone(),
+        values: plan
+            .cells
+            .iter()
+            .find(|c| c.id.as_str() == chosen_id)
+            .map(|c| c.values.clone())
+            .unwrap_or_default(),
         cell: chosen_id,
         inputs: Inputs {
             runs_from: runs_from.iter().map(|d| d.display().to_string()).collect(),

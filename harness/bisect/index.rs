@@ -12,6 +12,7 @@
 //! then the user's `pip.conf`, `index-url` in `[global]` or `[install]`), else PyPI.
 //! `--find-links DIR` adds the wheels and sdists of a folder (nightly builds).
 
+use crate::env::EnvVars;
 use pep440_rs::Version;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -122,8 +123,12 @@ pub fn resolve(flag: Option<&str>, matrix: Option<&str>) -> IndexUrl {
     if let Some(url) = matrix {
         return pick(url, "[python] index-url");
     }
-    for var in ["UV_INDEX_URL", "UV_DEFAULT_INDEX", "PIP_INDEX_URL"] {
-        if let Some(url) = std::env::var(var).ok().filter(|u| !u.trim().is_empty()) {
+    for var in [
+        EnvVars::UV_INDEX_URL,
+        EnvVars::UV_DEFAULT_INDEX,
+        EnvVars::PIP_INDEX_URL,
+    ] {
+        if let Some(url) = crate::env::var(var).filter(|u| !u.trim().is_empty()) {
             return pick(&url, var);
         }
     }
@@ -136,17 +141,17 @@ pub fn resolve(flag: Option<&str>, matrix: Option<&str>) -> IndexUrl {
 /// `index-url` from pip's configuration files; the last file that sets it wins, as in pip.
 fn pip_config_index() -> Option<(String, String)> {
     let mut files: Vec<PathBuf> = vec![PathBuf::from("/etc/pip.conf")];
-    if let Some(home) = std::env::var_os("HOME") {
+    if let Some(home) = crate::env::var_os(EnvVars::HOME) {
         let home = PathBuf::from(home);
         files.push(home.join(".pip/pip.conf"));
-        let config =
-            std::env::var_os("XDG_CONFIG_HOME").map_or_else(|| home.join(".config"), PathBuf::from);
+        let config = crate::env::var_os(EnvVars::XDG_CONFIG_HOME)
+            .map_or_else(|| home.join(".config"), PathBuf::from);
         files.push(config.join("pip/pip.conf"));
     }
-    if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
+    if let Some(venv) = crate::env::var_os(EnvVars::VIRTUAL_ENV) {
         files.push(PathBuf::from(venv).join("pip.conf"));
     }
-    if let Some(file) = std::env::var_os("PIP_CONFIG_FILE") {
+    if let Some(file) = crate::env::var_os(EnvVars::PIP_CONFIG_FILE) {
         files.push(PathBuf::from(file));
     }
     files.iter().rev().find_map(|file| {

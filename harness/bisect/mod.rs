@@ -27,6 +27,7 @@
 //! | `state` | `running`, `finished`, `interrupted` (a `--resume` continues it) |
 //! | `matrix`, `matrix_hash` | the matrix file and the sha256 of its text |
 //! | `cell` | the id, in the matrix, of the cell the bisect explains (the report shows it there) |
+//! | `values` | that cell's values (version bisect: the bad end's); `gpucompat report` matches them, minus the bisected axis, against a run's cells |
 //! | `inputs` | what was asked: `axis`, `good`, `bad` or `base`, `head` (pins); `signature` (given), `retries`, `candidates_from`, `runs_from` (reused run folders) |
 //! | `candidates` | version bisect: every value searched, oldest first (PEP 440 order) |
 //! | `bumps` | attribution: `[{package, base, head}]`, a version `null` where a set lacks the package |

@@ -4,9 +4,10 @@
 
 use super::probes::Bump;
 use super::search::Verdict;
-use crate::record::{Phase, Status};
+use crate::record::{Phase, Status, Values};
 use crate::signature::Signature;
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 
 /// Current shape of `bisect.json`.
 pub const FORMAT_VERSION: u32 = 1;
@@ -99,6 +100,10 @@ pub struct BisectFile {
     pub matrix_hash: String,
     /// The cell the bisect explains (its id in the matrix).
     pub cell: String,
+    /// That cell's values: what a report matches against its run's cells (ids depend on the
+    /// matrix, values do not). Absent in files written before it was added.
+    #[serde(default, skip_serializing_if = "Values::is_empty")]
+    pub values: Values,
     pub inputs: Inputs,
     /// Version bisect: every candidate, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -130,6 +135,42 @@ pub struct BisectFile {
     pub started_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
+}
+
+/// Why a folder's `bisect.json` could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read `{path}`")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{path}` is not a bisect file")]
+    Json {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Whether `folder` is a bisect folder (it holds `bisect.json`).
+pub fn is_bisect_folder(folder: &Path) -> bool {
+    folder.join(FILE).is_file()
+}
+
+/// Reads the `bisect.json` of a bisect folder.
+pub fn read(folder: &Path) -> Result<BisectFile, ReadError> {
+    let path = folder.join(FILE);
+    let shown = || path.display().to_string();
+    let bytes = std::fs::read(&path).map_err(|source| ReadError::Io {
+        path: shown(),
+        source,
+    })?;
+    serde_json::from_slice(&bytes).map_err(|source| ReadError::Json {
+        path: shown(),
+        source,
+    })
 }
 
 impl BisectFile {

@@ -831,7 +831,7 @@ mod tests {
         assert_eq!(c.line, Some(root));
         assert_eq!(c.excerpt_start, Some(root - 3));
         // nextest runs each test in its own process, so the peak is this test's own.
-        if std::env::var_os("NEXTEST_EXECUTION_MODE").is_some_and(|m| m == "process-per-test") {
+        if crate::env::var_os("NEXTEST_EXECUTION_MODE").is_some_and(|m| m == "process-per-test") {
             if let (Some(before), Some(after)) = (before, peak_rss_kib()) {
                 let grown_mib = after.saturating_sub(before) / 1024;
                 assert!(grown_mib < 64, "peak memory grew by {grown_mib} MiB");

@@ -396,7 +396,7 @@ mod tests {
     fn every_signature_has_a_rule() {
         let file = parse_builtin().expect("rules.toml parses");
         let named: HashSet<Signature> = file.rules.iter().map(|r| r.signature).collect();
-        for sig in Signature::ALL {
+        for &sig in Signature::ALL {
             assert!(named.contains(&sig), "no rule names {sig}");
         }
     }

@@ -137,6 +137,10 @@ pub(crate) fn run(args: BisectArgs) -> Result<u8, CliError> {
             grace: args.grace,
             reaper_exe: std::env::current_exe().ok(),
             interactive: false,
+            // A probe that ended in an infrastructure fault decided nothing: run it again.
+            retry_errors: true,
+            // One `[bisect]` line per probe instead of the run's lines per cell.
+            quiet: true,
         },
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

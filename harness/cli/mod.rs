@@ -25,6 +25,7 @@ Exit codes:
   1    the run found failures that matter (unexpected failures, regressions, xpass)
   2    bad input or configuration (matrix file, arguments, inventory)
   3    the harness itself failed (I/O, a run folder it cannot write)
+  4    `run`: every cell was skipped (no matching GPU), so nothing was tested
   130  interrupted; finished cells are kept";
 
 /// Regression-matrix harness for GPU LLM serving: expand a version x GPU-arch x model matrix, run
@@ -113,7 +114,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
 
 fn init_tracing() {
     // Diagnostics of the harness itself go to stderr, off unless `GPUCOMPAT_LOG` asks for them.
-    let filter = tracing_subscriber::EnvFilter::try_from_env("GPUCOMPAT_LOG")
+    let filter = tracing_subscriber::EnvFilter::try_from_env(crate::env::EnvVars::GPUCOMPAT_LOG)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -8,12 +8,30 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
 
+const AFTER_HELP: &str = "\
+Bisects: a folder written by `gpucompat bisect` (it holds bisect.json) is shown beside the cells
+it explains, whether it is named among the run folders or with `--bisect`; a folder of bisect
+folders (such as `bisects/`) brings all of them. Its probes are never counted as cells of a run.
+A bisect explains each of tonight's failing cells that has the bisected cell's values except the
+bisected axis (and keys the others determine) and a value after the last good one: the table
+says `first bad 0.6.10 (bisected, 5 probes)`, `culprit: flashinfer-cubin (attributed, 7
+probes)` or `not converged: <why>`, and the cell's page lists the probes with their logs.
+
+Examples:
+  gpucompat report runs/2026-11-20 runs/2026-11-21 --out site
+  gpucompat report runs/2026-11-21 bisects/ --out site
+  gpucompat report runs/2026-11-21 --bisect bisects/0.6.11-sm_90-flashinfer-0.6.3-0.6.11 --out site";
+
 #[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
 pub(crate) struct ReportArgs {
     /// Run folders; with several (nightlies), the newest by start time is tonight and the others
-    /// give the history.
+    /// give the history. Bisect folders among them are shown as with `--bisect`.
     #[arg(required = true, value_name = "RUN_DIR")]
     runs: Vec<PathBuf>,
+    /// A bisect folder, or a folder of them, to show beside the cells it explains; repeatable.
+    #[arg(long = "bisect", value_name = "DIR")]
+    bisects: Vec<PathBuf>,
     /// Folder to write the report into (created if missing; may be the run folder itself).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
@@ -42,6 +60,7 @@ pub(crate) fn run(args: ReportArgs) -> Result<u8, CliError> {
         rows: args.rows,
         cols: args.cols,
         title: args.title,
+        bisects: args.bisects,
     };
     let summary = report::render(&args.runs, &args.out, &options).map_err(report_error)?;
     {
@@ -63,6 +82,16 @@ pub(crate) fn run(args: ReportArgs) -> Result<u8, CliError> {
         if summary.plots == 1 { "" } else { "s" },
         summary.counts.summary(),
     );
+    if summary.bisects > 0 {
+        let _ = writeln!(
+            text,
+            "{} bisect{} shown, explaining {} cell{}",
+            summary.bisects,
+            if summary.bisects == 1 { "" } else { "s" },
+            summary.explained,
+            if summary.explained == 1 { "" } else { "s" }
+        );
+    }
     if summary.runs > 1 {
         let _ = writeln!(
             text,

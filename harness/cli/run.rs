@@ -1,5 +1,6 @@
 //! `gpucompat run`: run every cell of a matrix into a run folder.
 
+use crate::env::{self, EnvVars};
 use crate::errors::{CliError, exit};
 use crate::exec::logsink::LogLimits;
 use crate::inventory;
@@ -25,9 +26,14 @@ pub(crate) struct RunArgs {
     /// [default: detected with nvidia-smi].
     #[arg(long, value_name = "FILE")]
     inventory: Option<PathBuf>,
-    /// Finish an interrupted run in `--out`: cells with a record are not run again.
+    /// Finish an interrupted run in `--out`: cells with a record are not run again, except skipped
+    /// cells and cells that ended in an infrastructure (spurious) error, which run again.
     #[arg(long)]
     resume: bool,
+    /// With `--resume`, keep the records of cells that ended in an infrastructure (spurious) error
+    /// instead of running them again.
+    #[arg(long, requires = "resume")]
+    no_retry_errors: bool,
     /// Run only this cell (repeatable); ids as `gpucompat matrix expand` prints them.
     #[arg(long = "cell", value_name = "ID")]
     cells: Vec<String>,
@@ -79,13 +85,13 @@ fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 pub(super) fn default_cache_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("GPUCOMPAT_CACHE_DIR") {
+    if let Some(dir) = env::var_os(EnvVars::GPUCOMPAT_CACHE_DIR) {
         return PathBuf::from(dir);
     }
-    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+    if let Some(dir) = env::var_os(EnvVars::XDG_CACHE_HOME) {
         return PathBuf::from(dir).join("gpucompat");
     }
-    match std::env::var_os("HOME") {
+    match env::var_os(EnvVars::HOME) {
         Some(home) => PathBuf::from(home).join(".cache").join("gpucompat"),
         None => std::env::temp_dir().join("gpucompat-cache"),
     }
@@ -105,12 +111,14 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
         jobs: args.jobs,
         inventory,
         resume: args.resume,
+        retry_errors: !args.no_retry_errors,
         cells: args.cells,
         cache_root: absolute(args.cache_dir.unwrap_or_else(default_cache_dir)),
         limits: LogLimits::from_total(args.log_limit),
         grace: args.grace,
         reaper_exe: std::env::current_exe().ok(),
         interactive: Reporter::stderr_is_interactive(),
+        quiet: false,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -147,10 +155,14 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
 }
 
 /// 130 when interrupted; 1 when a cell failed unexpectedly, passed unexpectedly (xpass) or hit
-/// an infrastructure error; 0 otherwise.
+/// an infrastructure error; 4 when every cell was skipped (a run that tested nothing is not a
+/// green one); 0 otherwise.
 fn exit_code(summary: &RunSummary) -> u8 {
     if summary.interrupted.is_some() {
         return exit::INTERRUPTED;
+    }
+    if summary.records.iter().all(|r| r.status == Status::Skip) {
+        return exit::NOTHING_RAN;
     }
     let bad = summary
         .records

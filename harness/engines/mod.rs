@@ -68,7 +68,7 @@ pub struct ResolvedServer {
 pub const PROBE_SOURCE: &str = include_str!("../../engines/flashinfer_probe.py");
 
 /// The variable that tells a probe cell's command where [`PROBE_SOURCE`] was written.
-pub const PROBE_ENV: &str = "GPUCOMPAT_PROBE";
+pub const PROBE_ENV: &str = crate::env::EnvVars::GPUCOMPAT_PROBE;
 
 /// Writes [`PROBE_SOURCE`] under `dir` (once per content: the name carries its hash, and it is
 /// written to a temporary name and renamed, so concurrent cells never read half a file) and

@@ -3,6 +3,8 @@
 //! - [`process`]: a cell's command in its own process group, output drained concurrently into a
 //!   bounded log, teardown as TERM to the group, a grace period, KILL, then a check that nothing
 //!   of the cell is left.
+//! - [`cgroup`]: a cgroup per cell where the host allows it, so a process that leaves the group
+//!   and clears its environment is still found and killed; elsewhere, why detection is limited.
 //! - [`procfs`]: finds a cell's processes (by process group and by the token every cell process
 //!   carries in its environment, which survives `setsid`) and reads their CPU time.
 //! - [`listeners`]: who listens on a loopback port (the cell, another cell, a process outside the
@@ -11,7 +13,12 @@
 //! - [`reaper`]: a guardian process that kills every cell process if the harness dies, even by
 //!   SIGKILL, when the pipe it listens on closes.
 //! - [`probe`]: short synchronous commands whose output is captured (`nvidia-smi`).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "exec is the one module that starts processes"
+)]
 
+pub mod cgroup;
 pub mod listeners;
 pub mod logsink;
 pub mod probe;

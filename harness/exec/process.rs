@@ -1,6 +1,7 @@
 //! A cell's command: started in its own process group with the cell's environment, its stdout
 //! and stderr drained concurrently into the cell's log, and torn down so that nothing is left.
 
+use super::cgroup::CellCgroup;
 use super::logsink::{LineSplitter, LogSink};
 use super::procfs::{self, CELL_TOKEN_VAR, ProcInfo, RUN_TOKEN_VAR, Selector};
 use nix::sys::signal::{Signal, kill, killpg};
@@ -12,6 +13,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 
@@ -45,6 +47,8 @@ pub struct Running {
     selector: Selector,
     drains: Vec<JoinHandle<()>>,
     status: Option<ExitStatus>,
+    /// Holds every process the cell forks, where the host allows it.
+    cgroup: CellCgroup,
 }
 
 /// What teardown found and did.
@@ -56,14 +60,27 @@ pub struct Teardown {
     pub killed: usize,
     /// Pids still alive after SIGKILL (stuck in the kernel, usually a GPU driver call).
     pub survivors: Vec<i32>,
+    /// Of `found`, processes only the cell's cgroup found: they had left the process group and
+    /// cleared their environment. Killed with the cgroup.
+    pub escaped: usize,
 }
 
 /// Starts `cmd` in a new process group, with stdin closed and both output streams going to `log`.
 pub fn spawn(cmd: &CellCommand, log: &SharedLog) -> io::Result<Running> {
+    let cgroup = CellCgroup::make(&cmd.cell_token);
+    // The shell moves itself into the cell's cgroup before it runs the script, so every process
+    // of the cell is born inside (no window in which a fork escapes it).
+    let script = match cgroup.enter_prefix() {
+        prefix if prefix.is_empty() => cmd.script.clone(),
+        prefix => format!(
+            "{prefix} || echo '[gpucompat] escape detection limited: cannot enter the cell cgroup' >&2\n{}",
+            cmd.script
+        ),
+    };
     let mut command = tokio::process::Command::new("sh");
     command
         .arg("-c")
-        .arg(&cmd.script)
+        .arg(&script)
         .current_dir(&cmd.cwd)
         .envs(cmd.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .env(RUN_TOKEN_VAR, &cmd.run_token)
@@ -92,6 +109,7 @@ pub fn spawn(cmd: &CellCommand, log: &SharedLog) -> io::Result<Running> {
         selector: Selector::cell(pgid, &cmd.cell_token),
         drains,
         status: None,
+        cgroup,
     })
 }
 
@@ -123,6 +141,14 @@ impl Running {
 
     pub fn selector(&self) -> &Selector {
         &self.selector
+    }
+
+    /// Why teardown can find only the processes that kept the group or the token (no cgroup).
+    pub fn escape_detection_limited(&self) -> Option<&str> {
+        match &self.cgroup {
+            CellCgroup::Made(_) => None,
+            CellCgroup::Limited(why) => Some(why),
+        }
     }
 
     /// Waits for the main process to exit. Cancel-safe: use it in `select!`.
@@ -169,18 +195,48 @@ impl Running {
     /// TERM to every process of the cell, `grace` to exit, KILL to the rest, then a check that
     /// none is left. Waits for the output streams to close so the log is complete.
     pub async fn teardown(&mut self, grace: Duration) -> Teardown {
+        self.teardown_unless_hurried(grace, None).await
+    }
+
+    /// [`Running::teardown`], with the grace cut short the moment `hurry` turns true (a second
+    /// Ctrl-C: the user wants the harness gone now, so whatever is left gets KILL at once).
+    pub async fn teardown_unless_hurried(
+        &mut self,
+        grace: Duration,
+        hurry: Option<watch::Receiver<bool>>,
+    ) -> Teardown {
         // Each look at the cell's processes is a scan of /proc, the main cost of a short cell:
         // every scan's result is used, and a cell with nothing left costs one scan.
         let alive = procfs::find_alive(&self.selector);
+        let escaped = self
+            .cgroup
+            .pids()
+            .into_iter()
+            .filter(|pid| alive.iter().all(|p| p.pid != *pid))
+            .count();
         let mut report = Teardown {
-            found: alive.len(),
+            found: alive.len() + escaped,
+            escaped,
             ..Teardown::default()
         };
         if alive.is_empty() {
             self.reap_main();
         } else {
             signal_all(&alive, self.pgid, Signal::SIGTERM);
-            let left = self.wait_gone(grace, None).await;
+            let left = match hurry {
+                Some(mut hurry) => {
+                    let hurried = async {
+                        if hurry.wait_for(|h| *h).await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    };
+                    tokio::select! {
+                        left = self.wait_gone(grace, None) => left,
+                        () = hurried => procfs::find_alive(&self.selector),
+                    }
+                }
+                None => self.wait_gone(grace, None).await,
+            };
             if !left.is_empty() {
                 report.killed = left.len();
                 signal_all(&left, self.pgid, Signal::SIGKILL);
@@ -192,6 +248,9 @@ impl Running {
                     .collect();
             }
         }
+        // Whatever is left in the cgroup (an escaped daemon, which the scans cannot see) goes now,
+        // before the drains are awaited: it may hold the output pipes.
+        self.cgroup.kill_and_remove(Duration::from_secs(5)).await;
         if self.status.is_none() {
             if let Ok(Ok(status)) =
                 tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await

@@ -16,9 +16,9 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStringExt;
 
 /// The environment variable every process of a run carries (value: the run token).
-pub const RUN_TOKEN_VAR: &str = "GPUCOMPAT_RUN_TOKEN";
+pub const RUN_TOKEN_VAR: &str = crate::env::EnvVars::GPUCOMPAT_RUN_TOKEN;
 /// The environment variable every process of one cell attempt carries.
-pub const CELL_TOKEN_VAR: &str = "GPUCOMPAT_CELL_TOKEN";
+pub const CELL_TOKEN_VAR: &str = crate::env::EnvVars::GPUCOMPAT_CELL_TOKEN;
 
 /// One live process.
 #[derive(Debug, Clone, PartialEq, Eq)]

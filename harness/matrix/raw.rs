@@ -943,7 +943,7 @@ impl Walker<'_> {
         match name.value.parse::<Signature>() {
             Ok(sig) => Some(Sp::new(sig, name.span)),
             Err(_) => {
-                let names = Signature::ALL.map(Signature::as_str);
+                let names: Vec<&str> = Signature::ALL.iter().map(|s| s.as_str()).collect();
                 let mut diag = Diagnostic::error(
                     format!("unknown signature `{}`", name.value),
                     Some(name.span),

@@ -2,6 +2,7 @@
 //! cell entries (with their history), new fingerprints, changes since the previous run, and what
 //! to plot. Every decision a format shows is made here, once, and snapshot-tested as JSON.
 
+use super::bisects::{self, LoadedBisect};
 use super::error::ReportError;
 use super::layout::{self, Axis, Layout, value_of};
 use super::load::LoadedRun;
@@ -10,9 +11,9 @@ use super::plots;
 use super::repro;
 use super::text::{self, file_stem, http_link};
 use super::view::{
-    AxisValue, CellBadge, CellEntry, CellHistory, CellLink, ChangeRow, Changes, Counts, LogRef,
-    NewFingerprint, PivotRow, PivotTable, RecentChange, ReportContext, RunView, StateChange,
-    StateView,
+    AxisValue, CellBadge, CellBisect, CellEntry, CellHistory, CellLink, ChangeRow, Changes, Counts,
+    LogRef, NewFingerprint, PivotRow, PivotTable, RecentChange, ReportContext, RunView,
+    StateChange, StateView,
 };
 use crate::compare::{self, Comparison, RunComparison};
 use crate::matrix::template::value_text;
@@ -20,7 +21,7 @@ use crate::record::{CellRecord, Status};
 use crate::signature::Signature;
 use indexmap::IndexMap;
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Options that change what a report shows.
 #[derive(Debug, Clone, Default)]
@@ -31,6 +32,9 @@ pub struct ReportOptions {
     pub cols: Option<String>,
     /// Title of the report (default: the matrix file's name).
     pub title: Option<String>,
+    /// Bisect folders (or folders of them) to show beside the cells they explain; bisect folders
+    /// among the run folders are recognised too.
+    pub bisects: Vec<PathBuf>,
 }
 /// The label shown for a record's status: its signature for a failure.
 fn label(record: &CellRecord) -> String {
@@ -194,6 +198,7 @@ fn default_title(tonight: &LoadedRun) -> String {
 /// report written to `out` (which decides whether logs are copied or linked in place).
 pub(crate) fn build(
     runs: &[LoadedRun],
+    loaded_bisects: &[LoadedBisect],
     out: &Path,
     options: &ReportOptions,
 ) -> Result<ReportContext, ReportError> {
@@ -209,7 +214,12 @@ pub(crate) fn build(
     let previous = runs.len().checked_sub(2).map(|i| &runs[i]);
     let comparison = previous.map(|base| compare::compare_runs(&base.records, &tonight.records));
     let change_of = changes_by_id(&records, comparison.as_ref());
-    let (tables, table_order) = tables(&records, &axes, &layout, &change_of);
+    let (bisects, bisect_of) = bisects::attach(loaded_bisects, &records, &layout.details);
+    let marks = Marks {
+        change_of: &change_of,
+        bisect_of: &bisect_of,
+    };
+    let (tables, table_order) = tables(&records, &axes, &layout, &marks);
     let new_fingerprints = new_fingerprints(runs, &table_order);
     let entries = Entries {
         runs,
@@ -218,7 +228,7 @@ pub(crate) fn build(
             .iter()
             .flat_map(|f| f.cells.iter().map(|c| c.id.as_str()))
             .collect(),
-        change_of: &change_of,
+        marks: &marks,
         in_place: same_folder(out, &tonight.dir),
     };
     let cells: Vec<CellEntry> = table_order.iter().map(|r| entries.entry(r)).collect();
@@ -244,8 +254,10 @@ pub(crate) fn build(
         new_fingerprints,
         plots: Vec::new(),
         warnings: Vec::new(),
+        bisects,
     };
     context.warnings = warnings(runs, &records, &context.cells);
+    context.warnings.extend(bisects::warnings(&context.bisects));
     context.plots = plots::specs(&context);
     Ok(context)
 }
@@ -289,8 +301,15 @@ fn changes_by_id<'a>(
         .collect()
 }
 
+/// What marks a cell beyond its record: its change since the previous run, the bisect that
+/// explains it.
+struct Marks<'a> {
+    change_of: &'a HashMap<&'a str, Comparison>,
+    bisect_of: &'a HashMap<String, CellBisect>,
+}
+
 /// A cell as a table shows it.
-fn badge(record: &CellRecord, change_of: &HashMap<&str, Comparison>) -> CellBadge {
+fn badge(record: &CellRecord, marks: &Marks) -> CellBadge {
     CellBadge {
         id: record.id.clone(),
         page: page_of(&record.id),
@@ -299,7 +318,8 @@ fn badge(record: &CellRecord, change_of: &HashMap<&str, Comparison>) -> CellBadg
         label: label(record),
         link: upstream(record),
         note: note(record),
-        change: change_of.get(record.id.as_str()).copied(),
+        change: marks.change_of.get(record.id.as_str()).copied(),
+        bisect: marks.bisect_of.get(&record.id).map(|b| b.note.clone()),
     }
 }
 
@@ -309,7 +329,7 @@ fn tables<'a>(
     records: &[&'a CellRecord],
     axes: &[Axis],
     layout: &Layout,
-    change_of: &HashMap<&str, Comparison>,
+    marks: &Marks,
 ) -> (Vec<PivotTable>, Vec<&'a CellRecord>) {
     let axis = |name: &Option<String>| -> Option<&Axis> {
         name.as_ref()
@@ -320,7 +340,7 @@ fn tables<'a>(
         cols: axis(&layout.cols),
         groups: &layout.groups,
         corner: corner(layout),
-        change_of,
+        marks,
     };
     let groups = groups(records, axes, &layout.groups);
     let mut tables = Vec::with_capacity(groups.len());
@@ -373,7 +393,7 @@ struct Pivot<'a> {
     cols: Option<&'a Axis>,
     groups: &'a [String],
     corner: String,
-    change_of: &'a HashMap<&'a str, Comparison>,
+    marks: &'a Marks<'a>,
 }
 
 impl Pivot<'_> {
@@ -396,7 +416,7 @@ impl Pivot<'_> {
                     .map(Vec::as_slice)
                     .unwrap_or_default();
                 order.extend(here.iter().copied());
-                cells.push(here.iter().map(|rec| badge(rec, self.change_of)).collect());
+                cells.push(here.iter().map(|rec| badge(rec, self.marks)).collect());
             }
             rows.push(PivotRow {
                 label: axis_label(r, self.rows.is_some()),
@@ -522,7 +542,7 @@ struct Entries<'a> {
     indexes: Vec<HashMap<&'a str, &'a CellRecord>>,
     /// Cells whose fingerprint is new tonight.
     is_new: HashSet<&'a str>,
-    change_of: &'a HashMap<&'a str, Comparison>,
+    marks: &'a Marks<'a>,
     /// The report is written into tonight's run folder: logs are linked, not copied.
     in_place: bool,
 }
@@ -570,7 +590,8 @@ impl Entries<'_> {
             excerpt,
             reproducer: repro::reproducer(record, tonight),
             history: history(&record.id, self.runs, &self.indexes),
-            change: self.change_of.get(record.id.as_str()).copied(),
+            change: self.marks.change_of.get(record.id.as_str()).copied(),
+            bisect: self.marks.bisect_of.get(&record.id).cloned(),
         }
     }
 }

@@ -10,6 +10,18 @@ pub enum ReportError {
     NoRuns,
     #[error("`{0}` is not a run folder: it has neither {RESULTS} nor {MANIFEST}")]
     NotARunFolder(String),
+    #[error("`{0}` is not a bisect folder: it has no bisect.json, and no folder in it has one")]
+    NotABisectFolder(String),
+    #[error(
+        "only bisect folders were given; a report shows a bisect beside the cells of a run, so name a run folder too"
+    )]
+    OnlyBisects,
+    #[error("cannot read bisect folder `{path}`")]
+    Bisect {
+        path: String,
+        #[source]
+        source: crate::bisect::summary::ReadError,
+    },
     #[error("cannot read run folder `{path}`")]
     Folder {
         path: String,
@@ -54,7 +66,12 @@ impl ReportError {
             | ReportError::Manifest { .. }
             | ReportError::UnknownAxis { .. }
             | ReportError::SameAxis(_)
-            | ReportError::OutIsAnotherRun(_) => true,
+            | ReportError::OutIsAnotherRun(_)
+            | ReportError::NotABisectFolder(_)
+            | ReportError::OnlyBisects => true,
+            ReportError::Bisect { source, .. } => {
+                matches!(source, crate::bisect::summary::ReadError::Json { .. })
+            }
             ReportError::Folder { source, .. } => match source {
                 FolderError::Corrupt { .. } => true,
                 other => other.is_input(),

@@ -9,7 +9,9 @@
 use super::plots;
 use super::text::visible;
 use super::text::{self, STATUSES, seconds};
-use super::view::{CellBadge, CellEntry, Chart, PlotSpec, ReportContext, StateView};
+use super::view::{
+    BisectKind, BisectView, CellBadge, CellEntry, Chart, PlotSpec, ReportContext, StateView,
+};
 use crate::compare::Comparison;
 use crate::record::Status;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
@@ -42,6 +44,8 @@ td a, .badge a { color: inherit; }
 .chg { display: inline-block; font-size: .8em; margin-left: .3rem; font-weight: 600; }
 .chg-regressed { color: #b00020; } .chg-fixed { color: #1b5e20; }
 .up { font-size: .85em; margin-left: .3rem; }
+.bisect { font-style: italic; }
+.v-good { background: #c8e6c9; } .v-bad { background: #ffcdd2; } .v-unknown { background: #ffe0b2; }
 .legend span.badge { margin: 0 .4rem .3rem 0; }
 pre { background: #f6f8fa; border: 1px solid #ddd; padding: .6rem; overflow-x: auto; font-size: 12.5px; }
 pre.log .ln { color: #888; user-select: none; }
@@ -94,6 +98,9 @@ fn badge_cell(badges: &[CellBadge], prefix: &str) -> Markup {
                             a.up href=(link) rel="noreferrer noopener" { "upstream ↗" }
                         }
                         (change_mark(b.change))
+                        @if let Some(note) = &b.bisect {
+                            span.note.bisect { a href={ (prefix) (b.page) "#bisect" } title="the bisect that explains this cell" { "↳ " (note) } }
+                        }
                         @if b.status == Status::Xpass {
                             span.note.xpass-note { "workaround or exclusion can be removed" }
                         } @else if b.status == Status::Skip || b.status == Status::Error {
@@ -185,6 +192,7 @@ pub(crate) fn index(ctx: &ReportContext, svgs: &[Option<String>]) -> String {
                         a href="#tables" { "Tables" }
                         @if ctx.changes.is_some() { a href="#changes" { "Changes" } }
                         @if !ctx.new_fingerprints.is_empty() { a href="#fingerprints" { "New fingerprints" } }
+                        @if !ctx.bisects.is_empty() { a href="#bisects" { "Bisects" } }
                         @if ctx.runs.len() > 1 { a href="#history" { "History" } }
                         @if !ctx.plots.is_empty() { a href="#plots" { "Plots" } }
                         a href="compat.md" { "compat.md" }
@@ -274,6 +282,26 @@ pub(crate) fn index(ctx: &ReportContext, svgs: &[Option<String>]) -> String {
                         }
                     }
                 }
+                @if !ctx.bisects.is_empty() {
+                    section #bisects {
+                        h2 { "Bisects" }
+                        table {
+                            thead { tr { th { "bisect" } th { "answer" } th { "explains tonight" } } }
+                            tbody {
+                                @for b in &ctx.bisects {
+                                    tr {
+                                        td { code { (b.name) } br; span.meta { (b.heading) } }
+                                        td { (b.answer) }
+                                        td {
+                                            @if b.cells.is_empty() { "no failing cell" }
+                                            @for (i, c) in b.cells.iter().enumerate() { @if i > 0 { ", " } a href={ (c.page) "#bisect" } { (c.id) } }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
                 @if ctx.runs.len() > 1 {
                     section #history {
                         h2 { "History" }
@@ -331,6 +359,43 @@ pub(crate) fn index(ctx: &ReportContext, svgs: &[Option<String>]) -> String {
     visible(&page.into_string()).into_owned()
 }
 
+/// A bisect on a cell page: its answer and every probe with its log.
+fn bisect_section(b: &BisectView) -> Markup {
+    html! {
+        h2 { @match b.kind { BisectKind::Version => "Bisect", BisectKind::Attribution => "Attribution" } }
+        p { strong { (b.answer) } }
+        p.meta { (b.heading) " · folder " code { (b.dir) } }
+        table {
+            thead { tr { th { "#" } th { "probe" } th { "pins" } th { "verdict" } th { "status" } th { "signature" } th { "phase" } th { "duration" } th { "log" } th { "note" } } }
+            tbody {
+                @for (i, p) in b.runs.iter().enumerate() {
+                    tr {
+                        td { (i + 1) }
+                        td { code { (p.probe) } }
+                        td { @for (j, pin) in p.pins.iter().enumerate() { @if j > 0 { " " } code { (pin) } } }
+                        td class={ "v-" (p.verdict.as_str()) } { (p.verdict.as_str()) }
+                        td class=(class(p.status)) { (text::symbol(p.status)) " " (p.status.as_str()) }
+                        td { (p.signature.map_or("—", |s| s.as_str())) }
+                        td { (p.phase.map_or("—", |s| s.as_str())) }
+                        td { (seconds(p.duration_s)) }
+                        td {
+                            @match (&p.log, &p.log_refused) {
+                                (Some(log), _) => a href={ "../" (log.href) } { "log" },
+                                (None, Some(why)) => span title=(why) { "refused" },
+                                (None, None) => "—",
+                            }
+                        }
+                        td {
+                            @if let Some(reason) = &p.reason { (reason) }
+                            @if let Some(from) = &p.reused_from { @if p.reason.is_some() { " · " } "reused from " code { (from) } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn metric_row(name: &str, value: Option<String>) -> Markup {
     html! {
         tr { th scope="row" { (name) } td { (value.unwrap_or_else(|| "—".to_owned())) } }
@@ -381,6 +446,9 @@ pub(crate) fn cell_page(ctx: &ReportContext, cell: &CellEntry, full_log: Option<
                     @if let Some(change) = cell.change {
                         dt { "since the previous run" } dd { (change.describe()) }
                     }
+                    @if let Some(b) = &cell.bisect {
+                        dt { "bisect" } dd.bisect { a href="#bisect" { (b.note) } }
+                    }
                     dt { "last change of state" }
                     dd {
                         @match &cell.history.last_change {
@@ -388,6 +456,12 @@ pub(crate) fn cell_page(ctx: &ReportContext, cell: &CellEntry, full_log: Option<
                             None => { "none in the loaded runs" },
                         }
                         " · same state for " (cell.history.same_for) " run(s)"
+                    }
+                }
+                @let explaining: Vec<&BisectView> = ctx.bisects.iter().filter(|b| b.cells.iter().any(|c| c.id == cell.id)).collect();
+                @if !explaining.is_empty() {
+                    section #bisect {
+                        @for b in explaining { (bisect_section(b)) }
                     }
                 }
                 h2 { "Timings" }

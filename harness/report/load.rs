@@ -86,12 +86,17 @@ pub(crate) fn load_runs(dirs: &[PathBuf]) -> Result<Vec<LoadedRun>, ReportError>
     Ok(runs)
 }
 
+/// Whether `dir` looks like a run folder (it has results or a manifest).
+pub(crate) fn is_run_folder(dir: &Path) -> bool {
+    dir.join(RESULTS).is_file() || dir.join(MANIFEST).is_file()
+}
+
 /// Reads one run folder.
 pub(crate) fn load_run(dir: &Path) -> Result<LoadedRun, ReportError> {
     let shown = dir.display().to_string();
     let results_path = dir.join(RESULTS);
     let manifest_path = dir.join(MANIFEST);
-    if !results_path.is_file() && !manifest_path.is_file() {
+    if !is_run_folder(dir) {
         return Err(ReportError::NotARunFolder(shown));
     }
     let manifest = match fs::read_to_string(&manifest_path) {

@@ -58,6 +58,9 @@ fn badge(b: &CellBadge) -> String {
     } else if b.change == Some(Comparison::Fixed) {
         text.push_str(" (fixed)");
     }
+    if let Some(note) = &b.bisect {
+        let _ = write!(text, "<br>↳ *{}*", escape(note));
+    }
     text
 }
 
@@ -143,6 +146,24 @@ pub(crate) fn render(ctx: &ReportContext) -> String {
                 fp.signature.map_or("unknown", |s| s.as_str()),
                 escape(&fp.fingerprint),
                 ids.join(", ")
+            );
+        }
+        md.push('\n');
+    }
+    if !ctx.bisects.is_empty() {
+        let _ = writeln!(md, "## Bisects\n");
+        for b in &ctx.bisects {
+            let cells: Vec<String> = b.cells.iter().map(|c| escape(&c.id)).collect();
+            let _ = writeln!(
+                md,
+                "- `{}`: {} (explains {})",
+                b.name.replace('`', "'"),
+                escape(&b.answer),
+                if cells.is_empty() {
+                    "no failing cell tonight".to_owned()
+                } else {
+                    cells.join(", ")
+                }
             );
         }
         md.push('\n');

@@ -3,11 +3,13 @@
 //! - [`load`](load_runs): run folders in, ordered by start time (the newest is tonight).
 //! - `view`: the serializable view model every format shows (snapshot-tested); `context`
 //!   builds it.
+//! - `bisects`: bisect folders, matched to the cells they explain.
 //! - `layout`: which axes become rows, columns and separate tables.
 //! - `markdown`, `csv`, `json`, `junit`, `html`, `plots`: the formats; they only lay out.
 //! - `repro`, `logs`, `text`: reproducer commands, log excerpts, escaping and naming rules.
 //! - [`render()`]: everything above, into a report folder.
 
+mod bisects;
 mod context;
 mod csv;
 mod error;
@@ -33,7 +35,8 @@ pub use render::{ReportSummary, build_context, render};
 pub use repro::Reproducer;
 pub(crate) use text::visible;
 pub use view::{
-    AxisValue, BarSeries, CellBadge, CellEntry, CellHistory, CellLink, ChangeRow, Changes, Chart,
-    Counts, LogRef, NewFingerprint, PivotRow, PivotTable, PlotSpec, RecentChange, ReportContext,
-    RunView, StateChange, StateView,
+    AxisValue, BarSeries, BisectKind, BisectState, BisectView, CellBadge, CellBisect, CellEntry,
+    CellHistory, CellLink, ChangeRow, Changes, Chart, Counts, LogRef, NewFingerprint, PivotRow,
+    PivotTable, PlotSpec, ProbeView, RecentChange, ReportContext, RunView, StateChange, StateView,
+    Verdict,
 };

@@ -9,8 +9,10 @@
 //! OUT/plots/*.svg        status heatmaps, timing bars
 //! OUT/cells/<id>.html    one page per cell: excerpt, timings, reproducer, history, log
 //! OUT/logs/<id>.log      copies of tonight's logs (linked in place when OUT is the run folder)
+//! OUT/bisects/<name>/    copies of the probe logs of each bisect shown
 //! ```
 
+use super::bisects::{self, LoadedBisect};
 use super::context::{self, ReportOptions, same_folder};
 use super::error::{ReportError, write_err};
 use super::load::{LoadedRun, load_runs};
@@ -38,6 +40,10 @@ pub struct ReportSummary {
     pub logs_copied: usize,
     /// Regressions since the previous run (0 with a single run).
     pub regressions: usize,
+    /// Bisect folders shown.
+    pub bisects: usize,
+    /// Tonight's cells a bisect explains.
+    pub explained: usize,
     pub warnings: Vec<String>,
 }
 
@@ -47,8 +53,10 @@ pub fn render(
     out: &Path,
     options: &ReportOptions,
 ) -> Result<ReportSummary, ReportError> {
-    let loaded = load_runs(runs)?;
-    render_loaded(&loaded, out, options)
+    let (runs, bisect_dirs) = bisects::split(runs, &options.bisects)?;
+    let loaded = load_runs(&runs)?;
+    let bisects = bisects::load(&bisect_dirs)?;
+    render_loaded(&loaded, &bisects, out, options)
 }
 
 /// The view model of `runs` as a report in `out` would show it (no file is written).
@@ -57,8 +65,10 @@ pub fn build_context(
     out: &Path,
     options: &ReportOptions,
 ) -> Result<ReportContext, ReportError> {
-    let loaded = load_runs(runs)?;
-    context::build(&loaded, out, options)
+    let (runs, bisect_dirs) = bisects::split(runs, &options.bisects)?;
+    let loaded = load_runs(&runs)?;
+    let bisects = bisects::load(&bisect_dirs)?;
+    context::build(&loaded, &bisects, out, options)
 }
 
 fn write(out: &Path, name: &str, bytes: &[u8]) -> Result<(), ReportError> {
@@ -73,6 +83,7 @@ fn mkdir(path: &Path) -> Result<(), ReportError> {
 /// Renders already loaded runs (oldest first).
 pub(crate) fn render_loaded(
     runs: &[LoadedRun],
+    bisects: &[LoadedBisect],
     out: &Path,
     options: &ReportOptions,
 ) -> Result<ReportSummary, ReportError> {
@@ -84,7 +95,7 @@ pub(crate) fn render_loaded(
         }
     }
     mkdir(out)?;
-    let mut ctx = context::build(runs, out, options)?;
+    let mut ctx = context::build(runs, bisects, out, options)?;
 
     let mut svgs = Vec::with_capacity(ctx.plots.len());
     if !ctx.plots.is_empty() {
@@ -152,6 +163,7 @@ pub(crate) fn render_loaded(
             html::cell_page(&ctx, cell, full.as_deref()).as_bytes(),
         )?;
     }
+    logs_copied += copy_probe_logs(&ctx, out)?;
     write(out, "index.html", html::index(&ctx, &svgs).as_bytes())?;
     files.insert(0, "index.html".to_owned());
 
@@ -165,6 +177,27 @@ pub(crate) fn render_loaded(
         plots: svgs.iter().filter(|s| s.is_some()).count(),
         logs_copied,
         regressions: ctx.changes.as_ref().map_or(0, |c| c.regressions),
+        bisects: ctx.bisects.len(),
+        explained: ctx.cells.iter().filter(|c| c.bisect.is_some()).count(),
         warnings: ctx.warnings.clone(),
     })
+}
+
+/// Copies every bisect probe's log to `OUT/bisects/<name>/`, where the cell pages link it.
+fn copy_probe_logs(ctx: &ReportContext, out: &Path) -> Result<usize, ReportError> {
+    let mut copied = 0;
+    for log in ctx
+        .bisects
+        .iter()
+        .flat_map(|b| b.runs.iter())
+        .filter_map(|p| p.log.as_ref())
+    {
+        let dest = out.join(&log.href);
+        if let Some(parent) = dest.parent() {
+            mkdir(parent)?;
+        }
+        logs::copy(&log.source, &dest).map_err(write_err(&dest))?;
+        copied += 1;
+    }
+    Ok(copied)
 }

@@ -10,6 +10,8 @@ use super::layout::{Axis, Layout};
 use super::logs::Excerpt;
 use super::repro::Reproducer;
 use super::text;
+pub use crate::bisect::search::Verdict;
+pub use crate::bisect::summary::{Kind as BisectKind, State as BisectState};
 use crate::compare::{Comparison, Outcome};
 use crate::record::{CellRecord, ExpectationRef, Metrics, Phase, RunState, Runner, Status};
 use crate::signature::Signature;
@@ -42,6 +44,10 @@ pub struct ReportContext {
     /// Cells whose state changed within the loaded runs, the most recent change first.
     pub recent_changes: Vec<RecentChange>,
     pub plots: Vec<PlotSpec>,
+    /// Bisects (`gpucompat bisect` folders) given to the report, each with the cells it
+    /// explains; absent when none was given.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bisects: Vec<BisectView>,
     /// Problems that did not stop the report.
     pub warnings: Vec<String>,
 }
@@ -167,6 +173,10 @@ pub struct CellBadge {
     pub note: Option<String>,
     /// Against the previous run.
     pub change: Option<Comparison>,
+    /// The bisect that explains the cell, as a short note (`first bad 0.6.10 (bisected, 5
+    /// probes)`); absent when none does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bisect: Option<String>,
 }
 
 /// Everything about one of tonight's cells (its page).
@@ -204,6 +214,87 @@ pub struct CellEntry {
     pub history: CellHistory,
     /// Against the previous run.
     pub change: Option<Comparison>,
+    /// The bisect that explains the cell (converged ones first, then the newest); the page
+    /// lists every bisect that explains it. Absent when none does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bisect: Option<CellBisect>,
+}
+
+/// A bisect's answer for a cell it explains.
+#[derive(Debug, Clone, Serialize)]
+pub struct CellBisect {
+    /// Its place in [`ReportContext::bisects`].
+    pub bisect: usize,
+    pub kind: BisectKind,
+    /// Version bisect: the first bad and last good values.
+    pub first_bad: Option<String>,
+    pub last_good: Option<String>,
+    /// Attribution: the packages of the smallest failing set of bumps.
+    pub culprits: Vec<String>,
+    pub converged: bool,
+    /// Why it did not converge.
+    pub reason: Option<String>,
+    /// Distinct values or pin sets probed.
+    pub probes: usize,
+    pub signature: Option<Signature>,
+    /// The bisect folder.
+    pub source: String,
+    /// What the table shows: `first bad 0.6.10 (bisected, 5 probes)`.
+    pub note: String,
+}
+
+/// A bisect folder, as the report shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct BisectView {
+    /// Unique within the report; its probe logs are under `bisects/<name>/`.
+    pub name: String,
+    /// The bisect folder as given.
+    pub dir: String,
+    pub kind: BisectKind,
+    pub state: BisectState,
+    /// The bisected cell's id in the bisect's matrix.
+    pub cell: String,
+    pub axis: Option<String>,
+    /// What was searched (the first line of `gpucompat bisect`'s summary).
+    pub heading: String,
+    /// The answer, or why there is none (its last line).
+    pub answer: String,
+    pub note: String,
+    pub converged: bool,
+    pub first_bad: Option<String>,
+    pub last_good: Option<String>,
+    pub culprits: Vec<String>,
+    pub reason: Option<String>,
+    pub signature: Option<Signature>,
+    pub probes: usize,
+    pub bound: Option<u32>,
+    /// Every probe attempt, in order.
+    pub runs: Vec<ProbeView>,
+    /// Tonight's cells it explains.
+    pub cells: Vec<CellLink>,
+}
+
+/// One probe attempt of a bisect.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeView {
+    /// The value probed, or the bumps applied (`+ flashinfer-cubin`).
+    pub probe: String,
+    pub pins: Vec<String>,
+    /// The probe's cell id (in the bisect folder, or the run folder it was reused from).
+    pub cell: String,
+    pub attempt: u32,
+    pub verdict: Verdict,
+    pub status: Status,
+    pub signature: Option<Signature>,
+    pub phase: Option<Phase>,
+    pub duration_s: f64,
+    pub reason: Option<String>,
+    pub flaky: bool,
+    pub reused_from: Option<String>,
+    /// The probe's log, copied into the report.
+    pub log: Option<LogRef>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_refused: Option<String>,
 }
 
 /// Where a cell's full log is, relative to the report folder.

@@ -8,13 +8,14 @@
 //! DIR/.lock             held while a run writes the folder
 //! ```
 //! `results.jsonl` is append-only: when a cell appears twice (a skipped cell run again on
-//! resume), the last record wins. A line cut short by a crash is dropped on resume.
+//! resume), the last record wins. A last line cut short by a crash is dropped on resume; a line
+//! that is not a record anywhere else costs that line only (a warning names it).
 
 use crate::record::{CellRecord, Manifest};
 use nix::fcntl::{Flock, FlockArg};
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Seek, Write};
 use std::path::{Path, PathBuf};
 
 pub const RESULTS: &str = "results.jsonl";
@@ -31,6 +32,10 @@ pub enum FolderError {
     NotEmpty(String),
     #[error("`--out {0}` is a file; a run folder must be a directory (or not exist yet)")]
     NotADirectory(String),
+    #[error(
+        "`--out {path}` is not a gpucompat run folder (it holds {found}); a run would overwrite its files, so choose an empty or new folder"
+    )]
+    NotARunFolder { path: String, found: String },
     #[error("nothing to resume in `{0}`: it has no {MANIFEST}")]
     NothingToResume(String),
     #[error(
@@ -65,6 +70,7 @@ impl FolderError {
             self,
             FolderError::NotEmpty(_)
                 | FolderError::NotADirectory(_)
+                | FolderError::NotARunFolder { .. }
                 | FolderError::NothingToResume(_)
                 | FolderError::OtherMatrix { .. }
                 | FolderError::Locked(_)
@@ -72,8 +78,14 @@ impl FolderError {
     }
 }
 
-/// What an opened folder already held: the manifest and the last record per cell id.
-pub type Previous = (Option<Manifest>, HashMap<String, CellRecord>);
+/// What an opened folder already held: the manifest, the last record per cell id and the lines of
+/// `results.jsonl` that are not records.
+#[derive(Debug, Default)]
+pub struct Previous {
+    pub manifest: Option<Manifest>,
+    pub records: HashMap<String, CellRecord>,
+    pub bad_lines: Vec<BadLine>,
+}
 
 /// An open run folder, locked for this run.
 #[derive(Debug)]
@@ -102,6 +114,7 @@ impl RunFolder {
         if root.exists() && !root.is_dir() {
             return Err(FolderError::NotADirectory(shown));
         }
+        refuse_foreign_folder(root)?;
         fs::create_dir_all(root.join(LOGS)).map_err(io_err(root))?;
         let lock_path = root.join(".lock");
         let lock_file = File::create(&lock_path).map_err(io_err(&lock_path))?;
@@ -109,8 +122,7 @@ impl RunFolder {
             .map_err(|_| FolderError::Locked(shown.clone()))?;
         let manifest_path = root.join(MANIFEST);
         let results_path = root.join(RESULTS);
-        let mut previous = None;
-        let mut records = HashMap::new();
+        let mut previous = Previous::default();
         if resume {
             let text = fs::read_to_string(&manifest_path)
                 .map_err(|_| FolderError::NothingToResume(shown.clone()))?;
@@ -127,8 +139,12 @@ impl RunFolder {
                     current: short(matrix_hash),
                 });
             }
-            records = read_results(&results_path, true)?;
-            previous = Some(manifest);
+            let results = read_results_tolerant(&results_path, true)?;
+            previous = Previous {
+                manifest: Some(manifest),
+                records: results.records,
+                bad_lines: results.bad_lines,
+            };
         } else if manifest_path.exists() || results_path.exists() {
             return Err(FolderError::NotEmpty(shown));
         }
@@ -143,7 +159,7 @@ impl RunFolder {
                 results,
                 _lock: lock,
             },
-            (previous, records),
+            previous,
         ))
     }
 
@@ -194,6 +210,65 @@ impl RunFolder {
     }
 }
 
+/// Names a run writes into its folder (the report's included) or leaves there while it writes,
+/// and those of the commands that run cells into a run folder of their own (a bisect's summary
+/// and lock), which are run folders too.
+const RUN_FOLDER_NAMES: &[&str] = &[
+    RESULTS,
+    MANIFEST,
+    PLAN,
+    LOGS,
+    ".lock",
+    "bisect.json",
+    ".bisect.lock",
+];
+
+/// Refuses an existing folder that is neither empty nor a run folder: a run writes `index.html`,
+/// `compat.md`, `junit.xml`, ... into it, and would overwrite whatever a user kept there. A run
+/// folder is one with a manifest, or one holding only what a run creates before its manifest (a
+/// run that died at once).
+fn refuse_foreign_folder(root: &Path) -> Result<(), FolderError> {
+    let entries = match fs::read_dir(root) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => return Err(io_err(root)(source)),
+    };
+    let mut foreign: Vec<String> = Vec::new();
+    for entry in entries {
+        let name = entry.map_err(io_err(root))?.file_name();
+        let name = name.to_string_lossy();
+        if name == MANIFEST {
+            return Ok(());
+        }
+        // `write_atomic`'s temporary files, `.NAME.tmp`, are a run's too.
+        let temporary = name
+            .strip_prefix('.')
+            .and_then(|n| n.strip_suffix(".tmp"))
+            .is_some_and(|n| RUN_FOLDER_NAMES.contains(&n));
+        if !RUN_FOLDER_NAMES.contains(&name.as_ref()) && !temporary {
+            foreign.push(name.into_owned());
+        }
+    }
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    foreign.sort();
+    let more = foreign.len().saturating_sub(3);
+    let mut found = foreign
+        .iter()
+        .take(3)
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if more > 0 {
+        found.push_str(&format!(" and {more} more"));
+    }
+    Err(FolderError::NotARunFolder {
+        path: root.display().to_string(),
+        found,
+    })
+}
+
 /// Where the log of a cell attempt lives, relative to the run folder.
 pub fn log_relative(cell: &str, attempt: u32) -> String {
     if attempt <= 1 {
@@ -207,13 +282,57 @@ fn short(hash: &str) -> String {
     hash.chars().take(12).collect()
 }
 
-/// Reads `results.jsonl`: the last record per cell id. With `repair`, a final line cut short by a
-/// crash is removed from the file; anywhere else a bad line is an error.
+/// A line of `results.jsonl` that is not a cell record, where and why.
+#[derive(Debug)]
+pub struct BadLine {
+    /// `results.jsonl` as given.
+    pub path: String,
+    /// 1-based.
+    pub line: usize,
+    pub what: serde_json::Error,
+}
+
+impl std::fmt::Display for BadLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}: not a cell record ({}); the line is ignored, every other record is kept",
+            self.path, self.line, self.what
+        )
+    }
+}
+
+/// What `results.jsonl` holds: the last record per cell id, and the lines that are not records.
+#[derive(Debug, Default)]
+pub struct Results {
+    pub records: HashMap<String, CellRecord>,
+    pub bad_lines: Vec<BadLine>,
+}
+
+/// Reads `results.jsonl` strictly: the last record per cell id, and a line that is not a record is
+/// an error (a cut last line is not: see [`read_results_tolerant`]).
 pub fn read_results(path: &Path, repair: bool) -> Result<HashMap<String, CellRecord>, FolderError> {
-    let mut records = HashMap::new();
+    let results = read_results_tolerant(path, repair)?;
+    match results.bad_lines.into_iter().next() {
+        None => Ok(results.records),
+        Some(bad) => Err(FolderError::Corrupt {
+            path: bad.path,
+            line: bad.line,
+            source: bad.what,
+        }),
+    }
+}
+
+/// Reads `results.jsonl`: the last record per cell id, and every line that is not one (one bad
+/// line costs that line, never the folder). The last line is special: a crash can cut it short,
+/// so when it does not parse it is dropped silently, and when it parses but lacks its newline it
+/// is a record like any other. With `repair` (a resume, which appends next), a cut last line is
+/// removed from the file and a complete one gets its newline, so the next record starts a line.
+pub fn read_results_tolerant(path: &Path, repair: bool) -> Result<Results, FolderError> {
+    let mut results = Results::default();
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(records),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(results),
         Err(source) => return Err(io_err(path)(source)),
     };
     let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
@@ -221,21 +340,43 @@ pub fn read_results(path: &Path, repair: bool) -> Result<HashMap<String, CellRec
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let record: CellRecord =
-            serde_json::from_slice(line).map_err(|source| FolderError::Corrupt {
+        match serde_json::from_slice::<CellRecord>(line) {
+            Ok(record) => {
+                results.records.insert(record.id.clone(), record);
+            }
+            Err(err) => results.bad_lines.push(BadLine {
                 path: path.display().to_string(),
                 line: number + 1,
-                source,
-            })?;
-        records.insert(record.id.clone(), record);
+                what: err,
+            }),
+        }
     }
-    if complete < bytes.len() && repair {
-        // The tail after the last newline is a record the crash cut short.
-        let file = OpenOptions::new()
+    let tail = &bytes[complete..];
+    if tail.iter().all(u8::is_ascii_whitespace) {
+        return Ok(results);
+    }
+    let kept = match serde_json::from_slice::<CellRecord>(tail) {
+        Ok(record) => {
+            results.records.insert(record.id.clone(), record);
+            true
+        }
+        Err(_) => false,
+    };
+    if repair {
+        let mut file = OpenOptions::new()
             .write(true)
             .open(path)
             .map_err(io_err(path))?;
-        file.set_len(complete as u64).map_err(io_err(path))?;
+        if kept {
+            // A complete record whose newline the crash took: the next record starts a line.
+            file.seek(io::SeekFrom::End(0))
+                .and_then(|_| file.write_all(b"\n"))
+                .and_then(|()| file.sync_data())
+                .map_err(io_err(path))?;
+        } else {
+            // The tail after the last newline is a record the crash cut short.
+            file.set_len(complete as u64).map_err(io_err(path))?;
+        }
     }
-    Ok(records)
+    Ok(results)
 }

@@ -43,6 +43,8 @@ pub struct RunOptions {
     pub jobs: Option<usize>,
     pub inventory: Inventory,
     pub resume: bool,
+    /// On resume, run again the cells whose record is a spurious (infrastructure) `error`.
+    pub retry_errors: bool,
     /// Only these cell ids (all when empty).
     pub cells: Vec<String>,
     pub cache_root: PathBuf,
@@ -52,6 +54,9 @@ pub struct RunOptions {
     pub reaper_exe: Option<PathBuf>,
     /// Draw a live bar instead of plain lines.
     pub interactive: bool,
+    /// No line per cell and no intro line (`false` for `gpucompat run`): a caller that reports
+    /// each cell itself, such as `gpucompat bisect`. Faults and interruptions are still said.
+    pub quiet: bool,
 }
 
 /// What a run left behind.
@@ -236,21 +241,25 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
     let classifier = Classifier::with_rules(&plan.rules).map_err(RunError::Rules)?;
     let http = server::client().map_err(RunError::Http)?;
     let plan_json = serde_json::to_vec_pretty(&plan).map_err(RunError::PlanJson)?;
-    let (folder, (previous, mut records)) =
-        RunFolder::open(&options.out, &plan.file_hash, options.resume)?;
-    let mut manifest = open_manifest(previous, &plan, &options.inventory);
+    let (folder, previous) = RunFolder::open(&options.out, &plan.file_hash, options.resume)?;
+    let mut records = previous.records;
+    let mut manifest = open_manifest(previous.manifest, &plan, &options.inventory);
     folder.write_manifest(&manifest)?;
     folder.write_atomic(folder::PLAN, &plan_json)?;
-    let to_run = still_to_run(&plan, selected, &records);
+    let to_run = still_to_run(&plan, selected, &records, options.retry_errors);
     let kept = plan.cells.len().min(records.len());
     let needs_gpus = to_run.iter().any(|&i| !plan.cells[i].gpus.is_empty());
     let limit = job_limit(&options, needs_gpus);
     let run_token = run_token(&options.inventory.host);
     let reaper = start_reaper(&options, &run_token)?;
-    let reporter = Reporter::new(to_run.len(), 0, options.interactive);
-    reporter.line(&intro_line(&plan, &options, to_run.len(), limit, kept));
+    let reporter = Reporter::new(to_run.len(), 0, options.interactive, options.quiet);
+    for bad in &previous.bad_lines {
+        reporter.line(&format!("warning: {bad}"));
+    }
+    reporter.progress(&intro_line(&plan, &options, to_run.len(), limit, kept));
     let jobs = schedule::jobs(&plan, to_run.iter().copied(), &HashMap::new());
     let (scheduler, never) = Scheduler::new(jobs, options.inventory.gpus.clone());
+    let (hurry_tx, hurry) = watch::channel(false);
     let shared = Arc::new(Shared {
         run_token,
         root: options.out.clone(),
@@ -264,6 +273,7 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
         },
         limits: options.limits,
         grace: options.grace,
+        hurry,
         host: options.inventory.host.clone(),
         http,
         plan,
@@ -277,6 +287,7 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
         new_records: 0,
         limit,
         interrupted: None,
+        hurry: hurry_tx,
         fault: None,
     };
     dispatch.record_unservable(never, &options.inventory)?;
@@ -313,18 +324,22 @@ fn open_manifest(previous: Option<Manifest>, plan: &Plan, inventory: &Inventory)
 }
 
 /// The selected cells without a record yet. A resumed run keeps finished cells; skipped ones get
-/// another chance (the host may differ).
+/// another chance (the host may differ), and so do cells that ended in a spurious `error` unless
+/// `retry_errors` is off: an infrastructure fault says nothing about the cell, so it is queued
+/// again, as crater and LAVA re-queue theirs.
 fn still_to_run(
     plan: &Plan,
     selected: Vec<usize>,
     records: &HashMap<String, CellRecord>,
+    retry_errors: bool,
 ) -> Vec<usize> {
     selected
         .into_iter()
         .filter(|&i| {
-            records
-                .get(plan.cells[i].id.as_str())
-                .is_none_or(|r| r.status == Status::Skip)
+            records.get(plan.cells[i].id.as_str()).is_none_or(|r| {
+                r.status == Status::Skip
+                    || (retry_errors && r.status == Status::Error && r.spurious)
+            })
         })
         .collect()
 }
@@ -404,6 +419,8 @@ struct Dispatch {
     limit: usize,
     /// Cells running when a stop was asked.
     interrupted: Option<usize>,
+    /// Sent on a second stop: teardowns kill at once instead of waiting out the grace.
+    hurry: watch::Sender<bool>,
     /// The run folder could not take a record: the run stops.
     fault: Option<FolderError>,
 }
@@ -466,14 +483,24 @@ impl Dispatch {
                         let _ = cancel_tx.send(true);
                     }
                 }
-                why = stop_asked, if self.interrupted.is_none() => {
-                    self.reporter.line(&format!(
-                        "{why}: tearing down {} running cell(s) (up to {:?} each); finished cells are kept",
-                        running.tasks.len(),
-                        self.shared.grace
-                    ));
-                    self.interrupted = Some(running.tasks.len());
-                    let _ = cancel_tx.send(true);
+                why = stop_asked, if !*self.hurry.borrow() => {
+                    if self.interrupted.is_none() {
+                        self.reporter.line(&format!(
+                            "{why}: tearing down {} running cell(s) (up to {:?} each); finished cells are kept; press Ctrl-C again to kill them now",
+                            running.tasks.len(),
+                            self.shared.grace
+                        ));
+                        self.interrupted = Some(running.tasks.len());
+                        let _ = cancel_tx.send(true);
+                    } else {
+                        // The user will not wait for the grace: KILL what is left, keep what
+                        // finished.
+                        self.reporter.line(&format!(
+                            "{why} again: killing {} cell(s) now",
+                            running.tasks.len()
+                        ));
+                        self.hurry.send_replace(true);
+                    }
                 }
             }
         }

@@ -12,12 +12,15 @@ pub(crate) struct Reporter {
     bar: Option<ProgressBar>,
     running: usize,
     failed: usize,
+    /// No per-cell lines (see `RunOptions::quiet`).
+    quiet: bool,
 }
 
 impl Reporter {
-    /// A bar on an interactive terminal; plain lines otherwise (CI, pipes, `CI=true`).
-    pub(crate) fn new(total: usize, already_done: usize, interactive: bool) -> Self {
-        let bar = interactive.then(|| {
+    /// A bar on an interactive terminal; plain lines otherwise (CI, pipes, `CI=true`); neither
+    /// bar nor per-cell lines when `quiet`.
+    pub(crate) fn new(total: usize, already_done: usize, interactive: bool, quiet: bool) -> Self {
+        let bar = (interactive && !quiet).then(|| {
             let bar =
                 ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
             bar.set_style(
@@ -34,12 +37,13 @@ impl Reporter {
             bar,
             running: 0,
             failed: 0,
+            quiet,
         }
     }
 
     /// Whether stderr is a terminal a person is watching.
     pub(crate) fn stderr_is_interactive() -> bool {
-        std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
+        std::io::stderr().is_terminal() && crate::env::var_os(crate::env::EnvVars::CI).is_none()
     }
 
     /// A line above the bar, or on stderr.
@@ -49,6 +53,13 @@ impl Reporter {
             None => {
                 let _ = writeln!(std::io::stderr().lock(), "{text}");
             }
+        }
+    }
+
+    /// A progress line: said unless quiet.
+    pub(crate) fn progress(&self, text: &str) {
+        if !self.quiet {
+            self.line(text);
         }
     }
 
@@ -66,7 +77,7 @@ impl Reporter {
                         .join(", ")
                 )
             };
-            self.line(&format!("   START {id}{on}"));
+            self.progress(&format!("   START {id}{on}"));
         }
         self.update();
     }
@@ -78,7 +89,7 @@ impl Reporter {
         if record.status.is_unexpected() || record.status == Status::Error {
             self.failed += 1;
         }
-        self.line(&finish_line(record));
+        self.progress(&finish_line(record));
         if let Some(bar) = &self.bar {
             bar.inc(1);
         }

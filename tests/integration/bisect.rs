@@ -415,3 +415,185 @@ fn bisect_exit_codes_for_bad_input_and_ends_that_are_not_what_they_say() {
         "{stdout}"
     );
 }
+
+/// Two variants over nine versions; variant `a` fails from 1.5 on.
+const VARIANT_MATRIX: &str = r#"
+[matrix]
+v = ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8"]
+variant = ["a", "b"]
+[job]
+command = """case {variant}-{v} in a-1.[5-8]) echo 'CUDA error: an illegal memory access was encountered' >&2; exit 1;; esac; echo ok"""
+timeout = "1m"
+"#;
+
+/// The whole loop: a real bisect, then a run of the matrix, then `report` over both. The
+/// bisect's note sits in the failing cells of its variant only, the cell page lists its probes
+/// with their logs copied into the report, compat.json carries it, and the bisect's own probe
+/// records are never counted as cells of the run.
+#[test]
+fn report_shows_a_bisect_beside_the_cells_it_explains() {
+    let sandbox = Sandbox::new();
+    sandbox.file("m.toml", VARIANT_MATRIX);
+    let output = bisect_in(&sandbox)
+        .args(["m.toml", "--axis", "v", "--good", "1.0", "--bad", "1.8"])
+        .args(["--cell", "1.8-a", "--out", "bisects/a"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    // The run under the bisect is quiet: one `[bisect]` line per probe and nothing else.
+    assert!(stderr.lines().count() >= 4, "{stderr}");
+    for line in stderr.lines() {
+        assert!(
+            line.starts_with("[bisect] "),
+            "a run's line leaked: {line:?}"
+        );
+    }
+    let file: Value = serde_json::from_slice(
+        &std::fs::read(sandbox.path().join("bisects/a/bisect.json")).expect("bisect.json"),
+    )
+    .expect("JSON");
+    assert_eq!(file["first_bad"], "1.5");
+    assert_eq!(file["values"], json!({"v": "1.8", "variant": "a"}));
+    let probes = file["probes"].as_u64().expect("probes");
+    let runs = file["runs"].as_array().expect("runs").len();
+    // A second bisect whose bad end passes: it explains no failing cell.
+    let output = bisect_in(&sandbox)
+        .args(["m.toml", "--axis", "v", "--good", "1.0", "--bad", "1.3"])
+        .args(["--cell", "1.3-b", "--out", "bisects/b"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+
+    crate::util::run_in(&sandbox)
+        .current_dir(sandbox.path())
+        .args(["m.toml", "--out", "night"])
+        .assert()
+        .code(1);
+    // The folder of bisects is named among the run folders.
+    let output = gpucompat()
+        .current_dir(sandbox.path())
+        .args(["report", "night", "bisects", "--out", "site"])
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("(1 run, tonight `night`)"), "{stdout}");
+    assert!(stdout.contains("18 cell pages"), "{stdout}");
+    assert!(
+        stdout.contains("2 bisects shown, explaining 4 cells"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("explains no failing cell of tonight's run"),
+        "{stderr}"
+    );
+
+    let site = sandbox.path().join("site");
+    let note = format!("first bad 1.5 (bisected, {probes} probes)");
+    let compat: Value =
+        serde_json::from_slice(&std::fs::read(site.join("compat.json")).expect("compat.json"))
+            .expect("JSON");
+    assert_eq!(compat["counts"]["total"], 18, "probes are not cells");
+    let explained: Vec<&str> = compat["cells"]
+        .as_array()
+        .expect("cells")
+        .iter()
+        .filter(|c| c["bisect"].is_object())
+        .map(|c| c["id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(explained, ["1.5-a", "1.6-a", "1.7-a", "1.8-a"]);
+    let cell = compat["cells"]
+        .as_array()
+        .expect("cells")
+        .iter()
+        .find(|c| c["id"] == "1.8-a")
+        .expect("1.8-a");
+    let bisect = &cell["bisect"];
+    assert_eq!(bisect["kind"], "version");
+    assert_eq!(bisect["first_bad"], "1.5");
+    assert_eq!(bisect["last_good"], "1.4");
+    assert_eq!(bisect["converged"], true);
+    assert_eq!(bisect["probes"], probes);
+    assert_eq!(bisect["signature"], "illegal_address");
+    assert_eq!(bisect["note"], note.as_str());
+    assert!(
+        bisect["source"]
+            .as_str()
+            .expect("source")
+            .ends_with("bisects/a")
+    );
+    let view = &compat["bisects"][bisect["bisect"].as_u64().expect("index") as usize];
+    assert_eq!(view["runs"].as_array().expect("runs").len(), runs);
+    assert_eq!(compat["bisects"][1]["cells"], json!([]));
+    assert!(
+        compat["bisects"][1]["answer"]
+            .as_str()
+            .expect("answer")
+            .starts_with("not converged: the bad end `v = 1.3` passed")
+    );
+
+    // The table: the note beside each explained cell, and nowhere else.
+    let md = std::fs::read_to_string(site.join("compat.md")).expect("compat.md");
+    let escaped = note.replace('(', r"\(").replace(')', r"\)");
+    assert_eq!(md.matches(&escaped).count(), 4, "{md}");
+    let index = std::fs::read_to_string(site.join("index.html")).expect("index.html");
+    assert_eq!(index.matches(note.as_str()).count(), 4);
+    assert!(index.contains(r#"href="cells/1.8-a.html#bisect""#));
+
+    // The cell page lists every probe, each linking its log copied into the report.
+    let page = std::fs::read_to_string(site.join("cells/1.8-a.html")).expect("page");
+    assert!(page.contains(r#"<section id="bisect">"#));
+    assert!(page.contains("first bad: 1.5 (last good: 1.4)"), "{page}");
+    for (i, run) in file["runs"].as_array().expect("runs").iter().enumerate() {
+        let value = run["value"].as_str().expect("value");
+        assert!(page.contains(&format!("<code>{value}</code>")), "{value}");
+        let log = format!(
+            "bisects/a/{}-{}.log",
+            i + 1,
+            run["cell"].as_str().expect("cell")
+        );
+        assert!(page.contains(&format!(r#"href="../{log}""#)), "{log}");
+        assert_eq!(
+            std::fs::read(site.join(&log)).expect("copied log"),
+            std::fs::read(
+                sandbox
+                    .path()
+                    .join("bisects/a")
+                    .join(run["log"].as_str().expect("log"))
+            )
+            .expect("probe log"),
+        );
+    }
+    let passing = std::fs::read_to_string(site.join("cells/1.8-b.html")).expect("page");
+    assert!(!passing.contains("id=\"bisect\""));
+
+    // `--bisect` names one; a folder that is not a bisect is refused; bisects alone are refused.
+    let output = gpucompat()
+        .current_dir(sandbox.path())
+        .args(["report", "night", "--bisect", "bisects/a", "--out", "site2"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("1 bisect shown, explaining 4 cells"));
+    for (args, needle) in [
+        (
+            vec!["report", "night", "--bisect", "night", "--out", "x"],
+            "is not a bisect folder",
+        ),
+        (
+            vec!["report", "bisects/a", "--out", "x"],
+            "only bisect folders were given",
+        ),
+    ] {
+        let output = gpucompat()
+            .current_dir(sandbox.path())
+            .args(&args)
+            .output()
+            .expect("runs");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}

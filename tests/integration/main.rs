@@ -1,4 +1,8 @@
 //! One integration-test binary driving the real `gpucompat` CLI (one module per capability).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests start servers and read the environment themselves"
+)]
 
 mod util;
 
@@ -8,6 +12,7 @@ mod demo;
 mod engines;
 mod gate;
 mod github;
+mod hardening;
 mod matrix;
 mod matrix_cli;
 mod matrix_errors;

@@ -1207,3 +1207,119 @@ fn outputs_show_invisible_characters_and_neutralise_formulas() {
     assert_eq!(invisible(&stderr), None, "{stderr}");
     assert!(stderr.contains(r"cell `rtl\u{202e}"), "{stderr}");
 }
+
+/// A bisect folder written by hand: `bisect.json` and a log per probe run.
+fn write_bisect(dir: &Path, file: &Value) {
+    std::fs::create_dir_all(dir.join("logs")).expect("create folder");
+    for run in file["runs"].as_array().expect("runs") {
+        let log = run["log"].as_str().expect("log");
+        if !log.starts_with("..") {
+            std::fs::write(dir.join(log), format!("log of {}\n", run["cell"])).expect("log");
+        }
+    }
+    std::fs::write(
+        dir.join("bisect.json"),
+        serde_json::to_string_pretty(file).expect("serialize"),
+    )
+    .expect("write fixture");
+}
+
+fn probe_run(value: Option<&str>, bumps: Option<&[&str]>, verdict: &str, log: &str) -> Value {
+    let bad = verdict == "bad";
+    json!({
+        "value": value, "bumps": bumps, "pins": [format!("flashinfer-python=={}", value.unwrap_or("0.6.11.post1"))],
+        "cell": log.trim_start_matches("logs/").trim_end_matches(".log"), "attempt": 1,
+        "verdict": verdict, "status": if bad { "fail" } else { "pass" },
+        "signature": if bad { Some("illegal_address") } else { None },
+        "phase": if bad { "infer" } else { "teardown" }, "log": log, "duration_s": 12.5
+    })
+}
+
+/// Two bisects of tonight's regressed cell (a version bisect and a later attribution) and one
+/// whose cell tonight passes; what the view model makes of them.
+#[test]
+fn context_with_bisects_snapshot() {
+    let (sandbox, last, tonight_dir) = nightlies();
+    let values = json!({"flashinfer": "0.6.11.post1", "gpu": "sm_90", "model": QWEN});
+    let version = json!({
+        "format_version": 1, "kind": "version", "state": "finished",
+        "matrix": "matrices/nightly.toml", "matrix_hash": "ab", "cell": "0.6.11.post1-sm_90-qwen3-30b-a3b",
+        "values": values,
+        "inputs": {"axis": "flashinfer", "good": "0.6.3", "bad": "0.6.11.post1", "retries": 1, "candidates_from": "matrix"},
+        "candidates": ["0.6.3", "0.6.8", "0.6.10", "0.6.11.post1"],
+        "signature": "illegal_address", "first_bad": "0.6.10", "last_good": "0.6.8",
+        "converged": true, "probes": 4, "bound": 4,
+        "runs": [
+            probe_run(Some("0.6.11.post1"), None, "bad", "logs/0.6.11.post1.log"),
+            probe_run(Some("0.6.3"), None, "good", "logs/0.6.3.log"),
+            probe_run(Some("0.6.8"), None, "good", "logs/0.6.8.log"),
+            probe_run(Some("0.6.10"), None, "bad", "logs/0.6.10.log"),
+        ],
+        "started_at": "2026-11-21T08:00:00Z", "finished_at": "2026-11-21T08:30:00Z"
+    });
+    let attribution = json!({
+        "format_version": 1, "kind": "attribution", "state": "finished",
+        "matrix": "matrices/nightly.toml", "matrix_hash": "ab", "cell": "0.6.11.post1-sm_90-qwen3-30b-a3b",
+        "values": values,
+        "inputs": {"base": ["flashinfer-cubin==0.6.8"], "head": ["flashinfer-cubin==0.6.10"], "retries": 1, "candidates_from": "base and head pins"},
+        "bumps": [{"package": "flashinfer-cubin", "base": "0.6.8", "head": "0.6.10"}],
+        "signature": "illegal_address", "culprits": ["flashinfer-cubin"],
+        "converged": true, "probes": 2,
+        "runs": [
+            probe_run(None, Some(&[]), "good", "logs/attr-base.log"),
+            probe_run(None, Some(&["flashinfer-cubin"]), "bad", "../../outside.log"),
+        ],
+        "started_at": "2026-11-21T09:00:00Z", "finished_at": "2026-11-21T09:10:00Z"
+    });
+    let elsewhere = json!({
+        "format_version": 1, "kind": "version", "state": "finished",
+        "matrix": "matrices/nightly.toml", "matrix_hash": "ab", "cell": "0.6.11.post1-sm_89-x",
+        "values": {"flashinfer": "0.6.11.post1", "gpu": "sm_89", "model": QWEN},
+        "inputs": {"axis": "flashinfer", "good": "0.6.3", "bad": "0.6.11.post1", "retries": 1, "candidates_from": "matrix"},
+        "signature": null, "first_bad": null, "last_good": null, "converged": false,
+        "reason": "the bad end `flashinfer = 0.6.11.post1` passed", "probes": 1,
+        "runs": [probe_run(Some("0.6.11.post1"), None, "good", "logs/x.log")],
+        "started_at": "2026-11-21T07:00:00Z"
+    });
+    let bisects = sandbox.path().join("bisects");
+    write_bisect(&bisects.join("fi-version"), &version);
+    write_bisect(&bisects.join("fi-attr"), &attribution);
+    write_bisect(&bisects.join("other"), &elsewhere);
+    let out = sandbox.path().join("report");
+    let options = ReportOptions {
+        bisects: vec![bisects.join("fi-attr"), bisects.join("other")],
+        ..ReportOptions::default()
+    };
+    // One bisect among the run folders, two with `--bisect`.
+    let ctx = build_context(
+        &[tonight_dir, bisects.join("fi-version"), last],
+        &out,
+        &options,
+    )
+    .unwrap();
+    assert_eq!(ctx.runs.len(), 2, "a bisect folder is not a run");
+    let badges: Vec<(&str, &str)> = ctx
+        .tables
+        .iter()
+        .flat_map(|t| t.rows.iter().flat_map(|r| r.cells.iter().flatten()))
+        .filter_map(|b| Some((b.id.as_str(), b.bisect.as_deref()?)))
+        .collect();
+    let explained: Vec<Value> = ctx
+        .cells
+        .iter()
+        .filter(|c| c.bisect.is_some())
+        .map(|c| json!({"id": c.id, "bisect": c.bisect}))
+        .collect();
+    let warnings: Vec<&String> = ctx
+        .warnings
+        .iter()
+        .filter(|w| w.contains("bisect"))
+        .collect();
+    let shown = json!({
+        "badges": badges, "cells": explained, "bisects": ctx.bisects, "warnings": warnings,
+    });
+    let temp = sandbox.path().display().to_string();
+    insta::with_settings!({filters => vec![(temp.as_str(), "[TEMP]")]}, {
+        insta::assert_json_snapshot!("bisects_context", shown);
+    });
+}

@@ -24,26 +24,26 @@ const GRACE: &str = "300ms";
 
 /// An `[env]` line that marks every process of a scene's cells, for [`Scene::marked_alive`]
 /// (`@SANDBOX@` becomes the sandbox path).
-const MARKER_ENV: &str = "TEST_SANDBOX = \"@SANDBOX@\"";
+pub(crate) const MARKER_ENV: &str = "TEST_SANDBOX = \"@SANDBOX@\"";
 
 /// An absolute fixture path, single-quoted for `sh`.
-fn fixture(name: &str) -> String {
+pub(crate) fn fixture(name: &str) -> String {
     let path = repo_root().join("tests/fixtures/run").join(name);
     format!("'{}'", path.display())
 }
 
 /// `sh job.sh ...` as a matrix command.
-fn job_sh() -> String {
+pub(crate) fn job_sh() -> String {
     format!("sh {}", fixture("job.sh"))
 }
 
 /// `python3 fake_server.py` as a matrix command (`$PYTHON`: see [`python`]).
-fn server_py() -> String {
+pub(crate) fn server_py() -> String {
     format!("$PYTHON {}", fixture("fake_server.py"))
 }
 
 /// A sandbox holding a matrix file and an inventory, and the run folder `out/` once it ran.
-struct Scene {
+pub(crate) struct Scene {
     sandbox: Sandbox,
     matrix: PathBuf,
     inventory: PathBuf,
@@ -51,11 +51,11 @@ struct Scene {
 
 impl Scene {
     /// `matrix` may use `@SANDBOX@`, replaced by the sandbox path. The inventory has no GPUs.
-    fn new(matrix: &str) -> Scene {
+    pub(crate) fn new(matrix: &str) -> Scene {
         Scene::with_inventory(matrix, "host = \"test-host\"\n")
     }
 
-    fn with_inventory(matrix: &str, inventory: &str) -> Scene {
+    pub(crate) fn with_inventory(matrix: &str, inventory: &str) -> Scene {
         let sandbox = Sandbox::new();
         let text = matrix.replace("@SANDBOX@", &sandbox.path().display().to_string());
         let matrix = sandbox.file("matrix.toml", &text);
@@ -67,16 +67,16 @@ impl Scene {
         }
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.sandbox.path().join(name)
     }
 
-    fn out(&self) -> PathBuf {
+    pub(crate) fn out(&self) -> PathBuf {
         self.path("out")
     }
 
     /// `run MATRIX --out out --inventory INV --grace GRACE --cache-dir cache EXTRA...`
-    fn args(&self, extra: &[&str]) -> Vec<OsString> {
+    pub(crate) fn args(&self, extra: &[&str]) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec![
             "run".into(),
             self.matrix.clone().into(),
@@ -94,12 +94,12 @@ impl Scene {
     }
 
     /// Runs to the end and returns what the harness printed and its exit status.
-    fn run(&self, extra: &[&str]) -> Output {
+    pub(crate) fn run(&self, extra: &[&str]) -> Output {
         self.run_with_env(extra, &[])
     }
 
     /// [`Scene::run`] with variables set for the harness (no proxy exceptions inherited).
-    fn run_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Output {
+    pub(crate) fn run_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Output {
         gpucompat()
             .args(self.args(extra))
             .env("CI", "true")
@@ -113,7 +113,7 @@ impl Scene {
     }
 
     /// Starts the harness in the background (to signal it).
-    fn spawn(&self, extra: &[&str]) -> Child {
+    pub(crate) fn spawn(&self, extra: &[&str]) -> Child {
         Command::new(env!("CARGO_BIN_EXE_gpucompat"))
             .args(self.args(extra))
             .env("CI", "true")
@@ -126,7 +126,7 @@ impl Scene {
     }
 
     /// Every line of `results.jsonl`, parsed (a line that does not parse fails the test).
-    fn records(&self) -> Vec<Value> {
+    pub(crate) fn records(&self) -> Vec<Value> {
         let text = std::fs::read_to_string(self.out().join("results.jsonl")).unwrap_or_default();
         text.lines()
             .map(|line| serde_json::from_str(line).expect("results.jsonl line is JSON"))
@@ -134,7 +134,7 @@ impl Scene {
     }
 
     /// The one record of cell `id`.
-    fn record(&self, id: &str) -> Value {
+    pub(crate) fn record(&self, id: &str) -> Value {
         let matching: Vec<Value> = self
             .records()
             .into_iter()
@@ -145,20 +145,20 @@ impl Scene {
     }
 
     /// The log a record points at.
-    fn log(&self, record: &Value) -> String {
+    pub(crate) fn log(&self, record: &Value) -> String {
         let relative = record["log"].as_str().expect("log path");
         let bytes = std::fs::read(self.out().join(relative)).expect("read cell log");
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
-    fn manifest(&self) -> Value {
+    pub(crate) fn manifest(&self) -> Value {
         let text =
             std::fs::read_to_string(self.out().join("manifest.json")).expect("read manifest");
         serde_json::from_str(&text).expect("manifest is JSON")
     }
 
     /// Pids the fixtures wrote into `name`.
-    fn pids(&self, name: &str) -> Vec<i32> {
+    pub(crate) fn pids(&self, name: &str) -> Vec<i32> {
         std::fs::read_to_string(self.path(name))
             .unwrap_or_default()
             .lines()
@@ -167,7 +167,7 @@ impl Scene {
     }
 
     /// Live processes that carry this sandbox's marker in their environment.
-    fn marked_alive(&self) -> Vec<i32> {
+    pub(crate) fn marked_alive(&self) -> Vec<i32> {
         let marker = format!("TEST_SANDBOX={}", self.sandbox.path().display());
         let mut alive = Vec::new();
         for entry in std::fs::read_dir("/proc").expect("read /proc").flatten() {
@@ -182,7 +182,7 @@ impl Scene {
     }
 
     /// Asserts that the processes listed in `pids_file` and every marked process are gone.
-    fn assert_nothing_left(&self, pids_file: &str, expect_at_least: usize) {
+    pub(crate) fn assert_nothing_left(&self, pids_file: &str, expect_at_least: usize) {
         let pids = self.pids(pids_file);
         assert!(
             pids.len() >= expect_at_least,
@@ -206,7 +206,7 @@ impl Scene {
 }
 
 /// Whether a process exists and is not a zombie.
-fn is_running(pid: i32) -> bool {
+pub(crate) fn is_running(pid: i32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };
@@ -233,7 +233,7 @@ fn describe(pid: i32) -> String {
 }
 
 /// Polls `done` every 20 ms until it holds; fails the test after `limit`.
-fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
         assert!(
@@ -245,7 +245,7 @@ fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
 }
 
 /// Waits for a spawned harness to exit (killing it after `limit`) and returns its output.
-fn finish(mut child: Child, limit: Duration) -> Output {
+pub(crate) fn finish(mut child: Child, limit: Duration) -> Output {
     let start = Instant::now();
     loop {
         if child.try_wait().expect("wait for gpucompat").is_some() {
@@ -279,7 +279,7 @@ fn stamp(path: &Path) -> f64 {
         .expect("stamp is a number")
 }
 
-fn text(out: &[u8]) -> String {
+pub(crate) fn text(out: &[u8]) -> String {
     String::from_utf8_lossy(out).into_owned()
 }
 

@@ -3,6 +3,7 @@
 
 use super::{AttemptCx, Facts, Halt, Trouble, error_chain, round3};
 use crate::digest::sha256_hex;
+use crate::env::EnvVars;
 use crate::exec::process;
 use crate::matrix::template::value_text;
 use crate::matrix::{CacheMode, Cell};
@@ -19,33 +20,36 @@ pub(super) fn cell_env(
     venv: &[(String, String)],
 ) -> Vec<(String, String)> {
     let mut env = vec![
-        ("GPUCOMPAT_CELL_ID".to_owned(), cell.id.to_string()),
-        ("GPUCOMPAT_PINS".to_owned(), cell.pins_text()),
-        ("GPUCOMPAT_ATTEMPT".to_owned(), attempt.to_string()),
+        (EnvVars::GPUCOMPAT_CELL_ID.to_owned(), cell.id.to_string()),
+        (EnvVars::GPUCOMPAT_PINS.to_owned(), cell.pins_text()),
+        (EnvVars::GPUCOMPAT_ATTEMPT.to_owned(), attempt.to_string()),
         (
-            "CUDA_VISIBLE_DEVICES".to_owned(),
+            EnvVars::CUDA_VISIBLE_DEVICES.to_owned(),
             gpus.iter()
                 .map(|g| g.index.to_string())
                 .collect::<Vec<_>>()
                 .join(","),
         ),
         // GPUs in the order the cell asked for them, as the driver will number them.
-        ("CUDA_DEVICE_ORDER".to_owned(), "PCI_BUS_ID".to_owned()),
+        (
+            EnvVars::CUDA_DEVICE_ORDER.to_owned(),
+            "PCI_BUS_ID".to_owned(),
+        ),
     ];
     for (key, value) in &cell.values {
-        env.push((
-            format!("GPUCOMPAT_{}", key.to_ascii_uppercase().replace('-', "_")),
-            value_text(value),
-        ));
+        env.push((crate::env::value_var(key), value_text(value)));
     }
     let jit = |sub: &str| jit_dir.join(sub).display().to_string();
     env.push((
-        "GPUCOMPAT_JIT_CACHE".to_owned(),
+        EnvVars::GPUCOMPAT_JIT_CACHE.to_owned(),
         jit_dir.display().to_string(),
     ));
-    env.push(("FLASHINFER_WORKSPACE_BASE".to_owned(), jit("flashinfer")));
-    env.push(("TRITON_CACHE_DIR".to_owned(), jit("triton")));
-    env.push(("TORCHINDUCTOR_CACHE_DIR".to_owned(), jit("inductor")));
+    env.push((
+        EnvVars::FLASHINFER_WORKSPACE_BASE.to_owned(),
+        jit("flashinfer"),
+    ));
+    env.push((EnvVars::TRITON_CACHE_DIR.to_owned(), jit("triton")));
+    env.push((EnvVars::TORCHINDUCTOR_CACHE_DIR.to_owned(), jit("inductor")));
     env.extend(venv.iter().cloned());
     // The matrix file's `[env]` comes last: it may override anything above on purpose.
     env.extend(cell.env.iter().cloned());
@@ -55,10 +59,10 @@ pub(super) fn cell_env(
 /// Variables that choose which GPU archs a JIT compiles for (torch extensions, FlashInfer,
 /// Triton-free CUDA builds): part of a warm cache's key.
 const JIT_TARGET_VARS: &[&str] = &[
-    "TORCH_CUDA_ARCH_LIST",
-    "FLASHINFER_CUDA_ARCH_LIST",
-    "CUDAARCHS",
-    "CUDA_ARCH_LIST",
+    EnvVars::TORCH_CUDA_ARCH_LIST,
+    EnvVars::FLASHINFER_CUDA_ARCH_LIST,
+    EnvVars::CUDAARCHS,
+    EnvVars::CUDA_ARCH_LIST,
 ];
 
 /// The JIT cache folder of a cell: shared per (pin set, GPU archs) when warm, fresh when cold.
@@ -93,7 +97,7 @@ pub(super) fn jit_dir(
                         .rev()
                         .find(|(key, _)| key == name)
                         .map(|(_, value)| value.clone())
-                        .or_else(|| std::env::var(name).ok())?;
+                        .or_else(|| crate::env::var(name))?;
                     Some(format!("{name}={value}"))
                 })
                 .collect();
@@ -151,15 +155,18 @@ pub(super) async fn provision_env(
 /// The variables that put an installed environment first.
 fn venv_vars(env: &Provisioned) -> Vec<(String, String)> {
     let bin = env.dir.join("bin");
-    let path = match std::env::var_os("PATH") {
+    let path = match crate::env::var_os(EnvVars::PATH) {
         Some(old) => format!("{}:{}", bin.display(), old.to_string_lossy()),
         None => bin.display().to_string(),
     };
     vec![
-        ("VIRTUAL_ENV".to_owned(), env.dir.display().to_string()),
-        ("PATH".to_owned(), path),
         (
-            "GPUCOMPAT_PYTHON".to_owned(),
+            EnvVars::VIRTUAL_ENV.to_owned(),
+            env.dir.display().to_string(),
+        ),
+        (EnvVars::PATH.to_owned(), path),
+        (
+            EnvVars::GPUCOMPAT_PYTHON.to_owned(),
             env.python.display().to_string(),
         ),
     ]

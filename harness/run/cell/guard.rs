@@ -54,6 +54,11 @@ impl AttemptCx<'_> {
         if let Some(reaper) = &self.shared.reaper {
             reaper.register(running.pgid());
         }
+        if let Some(why) = running.escape_detection_limited() {
+            self.note(&format!(
+                "escape detection limited: {why}; a process that leaves the process group and clears its environment would not be found"
+            ));
+        }
         let output = process::lock(&self.log).output_counter();
         let dog = Watchdog::new(
             running.selector().clone(),
@@ -137,7 +142,9 @@ impl AttemptCx<'_> {
     pub(super) async fn teardown(&self, running: &mut Running, facts: &mut Facts) {
         let shared = self.shared;
         let main_exited = running.exit_status().is_some();
-        let report = running.teardown(shared.grace).await;
+        let report = running
+            .teardown_unless_hurried(shared.grace, Some(shared.hurry.clone()))
+            .await;
         if let Some(reaper) = &shared.reaper {
             reaper.unregister(running.pgid());
         }
@@ -149,6 +156,12 @@ impl AttemptCx<'_> {
             sink.note(&format!(
                 "{} process(es) of the cell were still running after its main process exited; terminated",
                 report.found
+            ));
+        }
+        if report.escaped > 0 {
+            sink.note(&format!(
+                "{} process(es) had left the process group and cleared their environment; found by the cell's cgroup and killed",
+                report.escaped
             ));
         }
         if report.killed > 0 {

@@ -48,6 +48,8 @@ pub(crate) struct Shared {
     pub limits: LogLimits,
     /// Time between TERM and KILL at teardown.
     pub grace: Duration,
+    /// Turns true on a second Ctrl-C or SIGTERM: teardowns skip what is left of the grace.
+    pub hurry: tokio::sync::watch::Receiver<bool>,
     pub host: String,
     pub http: reqwest::Client,
 }

@@ -41,7 +41,10 @@ pub(super) async fn server(
     let lease =
         port::lease().map_err(|err| Trouble::Infra(format!("no free port on loopback: {err}")))?;
     let port = lease.port;
-    env.push(("GPUCOMPAT_PORT".to_owned(), port.to_string()));
+    env.push((
+        crate::env::EnvVars::GPUCOMPAT_PORT.to_owned(),
+        port.to_string(),
+    ));
     env.extend(resolved.env.iter().cloned());
     let (line_seen, reported) = watch_log(&cx.log, resolved);
     let mut launched = cx.start(resolved.command.replace("{port}", &port.to_string()), env)?;
