@@ -200,6 +200,9 @@ pub(crate) fn run(args: GateArgs) -> Result<u8, CliError> {
             grace: args.grace,
             reaper_exe: std::env::current_exe().ok(),
             interactive: false,
+            // A resumed gate runs again the cells whose last try was an infrastructure fault.
+            retry_errors: true,
+            quiet: false,
         },
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

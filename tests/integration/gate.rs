@@ -287,3 +287,40 @@ fn gate_passes_a_harmless_bump_and_reuses_a_matching_nightly() {
         "base cells were not run again"
     );
 }
+
+/// A token a cell prints never reaches a report: excerpts are redacted in every output.
+#[test]
+fn report_outputs_redact_tokens_from_cell_logs() {
+    let sandbox = Sandbox::new();
+    let secret = format!("hf_{}", "Kp4".repeat(12));
+    sandbox.file(
+        "m.toml",
+        "[matrix]\ncell = [\"a\"]\n[job]\ncommand = \"sh job.sh\"\ntimeout = \"1m\"\n",
+    );
+    sandbox.file(
+        "job.sh",
+        &format!("echo 'login {secret}' >&2\necho 'RuntimeError: CUDA error: an illegal memory access was encountered' >&2\nexit 1\n"),
+    );
+    let run = run_in(&sandbox)
+        .current_dir(sandbox.path())
+        .args(["m.toml", "--out", "r"])
+        .output()
+        .expect("run");
+    assert_eq!(run.status.code(), Some(1));
+    let mut shown = 0;
+    for name in [
+        "compat.md",
+        "compat.csv",
+        "compat.json",
+        "junit.xml",
+        "index.html",
+    ] {
+        let text = std::fs::read_to_string(sandbox.path().join("r").join(name)).expect(name);
+        assert!(!text.contains(&secret), "{name} holds the token");
+        shown += usize::from(text.contains("hf_[REDACTED]"));
+    }
+    assert!(
+        shown >= 2,
+        "the excerpt line is shown, redacted, in the dashboard and the JSON"
+    );
+}
