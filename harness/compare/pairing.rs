@@ -132,6 +132,9 @@ pub enum PairError {
 
 pub(crate) type Pairs<'a> = Vec<(Option<&'a CellRecord>, Option<&'a CellRecord>)>;
 
+/// Leftover cells with the same unmoved values: (baseline indexes, candidate indexes).
+type Groups = HashMap<Vec<(String, String)>, (Vec<usize>, Vec<usize>)>;
+
 /// The text of a value (strings unquoted).
 pub(crate) fn value_text(value: &serde_json::Value) -> String {
     match value {
@@ -235,7 +238,7 @@ fn by_id<'a>(
                 .map(|(k, v)| (k.clone(), value_text(v)))
                 .collect()
         };
-        let mut groups: HashMap<Vec<(String, String)>, (Vec<usize>, Vec<usize>)> = HashMap::new();
+        let mut groups: Groups = HashMap::new();
         for (i, b) in base_left.iter().enumerate() {
             if renamed(b, |m| &m.base) {
                 groups.entry(rest(b)).or_default().0.push(i);

@@ -16,6 +16,7 @@ pub mod client;
 pub mod issues;
 pub mod sticky;
 
+use crate::env::EnvVars;
 use crate::gate::GateFile;
 use crate::gate::summary::Posted;
 use client::{Backoff, Client};
@@ -51,7 +52,7 @@ pub struct Target {
 }
 
 fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+    crate::env::var(name).filter(|v| !v.trim().is_empty())
 }
 
 impl Target {
@@ -64,7 +65,8 @@ impl Target {
                 format!("`{name}` is not set (it is on GitHub Actions; set it elsewhere)"),
             )
         };
-        let api = env("GITHUB_API_URL").unwrap_or_else(|| "https://api.github.com".to_owned());
+        let api =
+            env(EnvVars::GITHUB_API_URL).unwrap_or_else(|| "https://api.github.com".to_owned());
         if !(api.starts_with("https://") || api.starts_with("http://")) {
             return Err(GithubError::new(
                 "post to GitHub",
@@ -72,7 +74,7 @@ impl Target {
                 format!("`GITHUB_API_URL` is not an http(s) URL: `{api}`"),
             ));
         }
-        let repo = env("GITHUB_REPOSITORY").ok_or_else(|| missing("GITHUB_REPOSITORY"))?;
+        let repo = env(EnvVars::GITHUB_REPOSITORY).ok_or_else(|| missing("GITHUB_REPOSITORY"))?;
         let valid = |s: &str| {
             !s.is_empty()
                 && s.chars()
@@ -88,8 +90,8 @@ impl Target {
                 ));
             }
         }
-        let token = env("GITHUB_TOKEN").ok_or_else(|| missing("GITHUB_TOKEN"))?;
-        let sha = sha.or_else(|| env("GITHUB_SHA"));
+        let token = env(EnvVars::GITHUB_TOKEN).ok_or_else(|| missing("GITHUB_TOKEN"))?;
+        let sha = sha.or_else(|| env(EnvVars::GITHUB_SHA));
         if let Some(sha) = &sha {
             if sha.len() < 7 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
                 return Err(GithubError::new(
@@ -116,9 +118,9 @@ impl Target {
 
 /// This Actions run's page, when running on Actions.
 pub fn actions_run_url() -> Option<String> {
-    let server = env("GITHUB_SERVER_URL")?;
-    let repo = env("GITHUB_REPOSITORY")?;
-    let run = env("GITHUB_RUN_ID")?;
+    let server = env(EnvVars::GITHUB_SERVER_URL)?;
+    let repo = env(EnvVars::GITHUB_REPOSITORY)?;
+    let run = env(EnvVars::GITHUB_RUN_ID)?;
     Some(format!(
         "{}/{repo}/actions/runs/{run}",
         server.trim_end_matches('/')

@@ -91,16 +91,19 @@ impl StandIn {
             });
         });
         let port = rx.recv().expect("the stand-in's port");
-        stand_in.inner.lock().unwrap().port = port;
+        stand_in.inner.lock().expect("stand-in state").port = port;
         stand_in
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.inner.lock().unwrap().port)
+        format!(
+            "http://127.0.0.1:{}",
+            self.inner.lock().expect("stand-in state").port
+        )
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
-        f(&mut self.inner.lock().unwrap())
+        f(&mut self.inner.lock().expect("stand-in state"))
     }
 
     /// Comments on `pr` that carry `marker`.
@@ -361,7 +364,7 @@ async fn handle(
         .unwrap_or("")
         .to_owned();
     let checked = check(&s.spec, &method, &uri, &body);
-    let mut inner = s.inner.lock().unwrap();
+    let mut inner = s.inner.lock().expect("stand-in state");
     inner.auth.push(auth);
     let record = |inner: &mut Inner, status: u16| {
         inner
@@ -388,7 +391,7 @@ async fn handle(
     if let Some(fault) = fault {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
+            .expect("stand-in")
             .as_secs();
         let (status, extra): (u16, Vec<(&str, String)>) = match fault {
             Fault::TooMany => (429, vec![("retry-after", "1".into())]),
@@ -403,12 +406,12 @@ async fn handle(
         };
         record(&mut inner, status);
         let mut response = (
-            StatusCode::from_u16(status).unwrap(),
+            StatusCode::from_u16(status).expect("status"),
             axum::Json(json!({"message": "API rate limit exceeded or server error"})),
         )
             .into_response();
         for (k, v) in extra {
-            response.headers_mut().insert(k, v.parse().unwrap());
+            response.headers_mut().insert(k, v.parse().expect("header"));
         }
         return response;
     }
@@ -481,7 +484,10 @@ async fn handle(
             issue["title"] = body["title"].clone();
             issue["body"] = body["body"].clone();
             issue["html_url"] = json!(html(&format!("issues/{number}")));
-            issue.as_object_mut().unwrap().remove("pull_request");
+            issue
+                .as_object_mut()
+                .expect("an object")
+                .remove("pull_request");
             inner.issues.push(issue.clone());
             (201, issue)
         }
@@ -491,7 +497,11 @@ async fn handle(
         ),
     };
     record(&mut inner, status);
-    (StatusCode::from_u16(status).unwrap(), axum::Json(response)).into_response()
+    (
+        StatusCode::from_u16(status).expect("status"),
+        axum::Json(response),
+    )
+        .into_response()
 }
 
 // ---- the tests --------------------------------------------------------------------------------
