@@ -28,8 +28,13 @@
 use crate::record::{CellRecord, Status, Values};
 use crate::signature::Signature;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
+
+mod pairing;
+
+use pairing::pair;
+pub use pairing::{Moved, MovedPin, PairBy, PairError, Pairing};
 
 /// What happened to one cell between a baseline run and a candidate run.
 ///
@@ -244,7 +249,11 @@ impl fmt::Display for Outcome {
 /// One cell of a run comparison.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct CellComparison {
+    /// The candidate's id (the baseline's when only the baseline has the cell).
     pub id: String,
+    /// The baseline's id, when the cells were paired across a bump that renamed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_id: Option<String>,
     pub values: Values,
     pub comparison: Comparison,
     pub base: Option<Outcome>,
@@ -256,6 +265,8 @@ pub(crate) struct CellComparison {
 pub(crate) struct RunComparison {
     /// How many cells got each comparison (only those that occur), most urgent first.
     pub counts: BTreeMap<Comparison, usize>,
+    /// How the cells were paired, and what moved between the runs.
+    pub pairing: Pairing,
     /// Every cell, most urgent first, then by id.
     pub cells: Vec<CellComparison>,
 }
@@ -269,27 +280,45 @@ impl RunComparison {
     }
 }
 
-/// Compares two runs' records cell by cell (matched by id).
+/// Compares two runs' records cell by cell, matched by id (the nightly report's changes).
 pub(crate) fn compare_runs<'a>(
     base: impl IntoIterator<Item = &'a CellRecord>,
     head: impl IntoIterator<Item = &'a CellRecord>,
 ) -> RunComparison {
-    let base: HashMap<&str, &CellRecord> = base.into_iter().map(|r| (r.id.as_str(), r)).collect();
-    let head: HashMap<&str, &CellRecord> = head.into_iter().map(|r| (r.id.as_str(), r)).collect();
-    let mut ids: Vec<&str> = base.keys().chain(head.keys()).copied().collect();
-    ids.sort_unstable();
-    ids.dedup();
-    let mut cells = Vec::with_capacity(ids.len());
-    for id in ids {
-        let b = base.get(id).copied();
-        let h = head.get(id).copied();
+    let base: Vec<&CellRecord> = base.into_iter().collect();
+    let head: Vec<&CellRecord> = head.into_iter().collect();
+    match pair(&base, &head, &PairBy::Id) {
+        Ok((pairs, pairing)) => build(pairs, pairing),
+        // Pairing by id cannot be ambiguous.
+        Err(_) => build(Vec::new(), Pairing::default()),
+    }
+}
+
+/// Compares two runs' records cell by cell, paired as `pair_by` says (module `pairing`).
+pub(crate) fn compare_runs_by<'a>(
+    base: impl IntoIterator<Item = &'a CellRecord>,
+    head: impl IntoIterator<Item = &'a CellRecord>,
+    pair_by: &PairBy,
+) -> Result<RunComparison, PairError> {
+    let base: Vec<&CellRecord> = base.into_iter().collect();
+    let head: Vec<&CellRecord> = head.into_iter().collect();
+    let (pairs, pairing) = pair(&base, &head, pair_by)?;
+    Ok(build(pairs, pairing))
+}
+
+fn build(pairs: pairing::Pairs<'_>, pairing: Pairing) -> RunComparison {
+    let mut cells = Vec::with_capacity(pairs.len());
+    for (b, h) in pairs {
         let Some(comparison) = compare(b, h) else {
             continue;
         };
-        let values = h.or(b).map(|r| r.values.clone()).unwrap_or_default();
+        let Some(record) = h.or(b) else {
+            continue;
+        };
         cells.push(CellComparison {
-            id: id.to_owned(),
-            values,
+            id: record.id.clone(),
+            base_id: b.filter(|b| b.id != record.id).map(|b| b.id.clone()),
+            values: record.values.clone(),
             comparison,
             base: b.map(Outcome::of),
             head: h.map(Outcome::of),
@@ -300,7 +329,11 @@ pub(crate) fn compare_runs<'a>(
     for cell in &cells {
         *counts.entry(cell.comparison).or_insert(0) += 1;
     }
-    RunComparison { counts, cells }
+    RunComparison {
+        counts,
+        pairing,
+        cells,
+    }
 }
 
 #[cfg(test)]

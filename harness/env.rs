@@ -84,6 +84,19 @@ impl EnvVars {
     /// Other builders' target archs.
     pub const CUDA_ARCH_LIST: &'static str = "CUDA_ARCH_LIST";
 
+    /// GitHub's REST API for `gate --github-pr`/`--sha` and `publish` (default api.github.com).
+    pub const GITHUB_API_URL: &'static str = "GITHUB_API_URL";
+    /// `owner/name` of the repository posted to.
+    pub const GITHUB_REPOSITORY: &'static str = "GITHUB_REPOSITORY";
+    /// The token GitHub requests carry (never printed).
+    pub const GITHUB_TOKEN: &'static str = "GITHUB_TOKEN";
+    /// The commit a gate's check run is on, when `--sha` is not given.
+    pub const GITHUB_SHA: &'static str = "GITHUB_SHA";
+    /// With `GITHUB_RUN_ID`: the Actions run linked as the full report.
+    pub const GITHUB_SERVER_URL: &'static str = "GITHUB_SERVER_URL";
+    /// The Actions run's id.
+    pub const GITHUB_RUN_ID: &'static str = "GITHUB_RUN_ID";
+
     /// Every variable the harness reads from its own environment.
     pub const READ: &'static [&'static str] = &[
         Self::GPUCOMPAT_CACHE_DIR,
@@ -104,6 +117,12 @@ impl EnvVars {
         Self::CUDAARCHS,
         Self::CUDA_ARCH_LIST,
         Self::VIRTUAL_ENV,
+        Self::GITHUB_API_URL,
+        Self::GITHUB_REPOSITORY,
+        Self::GITHUB_TOKEN,
+        Self::GITHUB_SHA,
+        Self::GITHUB_SERVER_URL,
+        Self::GITHUB_RUN_ID,
     ];
 
     /// Every variable the harness sets for a cell.

@@ -8,3 +8,10 @@ pub(crate) fn builder() -> reqwest::ClientBuilder {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
 }
+
+/// Installs the process's TLS crypto provider (ring) for clients built outside this file
+/// (octocrab's hyper-rustls connector reads the installed default); a second install keeps
+/// the first.
+pub(crate) fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -25,6 +25,11 @@
 //! - [`compare`]: a baseline run against a candidate, cell by cell, in one exhaustive rule table.
 //! - [`bisect`]: `gpucompat bisect`: the first bad version of an axis, or the bumped packages
 //!   that break a cell (ddmin), each probe a real cell run through [`run`]; `bisect.json`.
+//! - [`redact`]: tokens (GitHub, Hugging Face, bearer headers) masked before text is written
+//!   to a report or posted.
+//! - [`gate`]: `gpucompat gate`: a dependency bump's cells on both pin sets, paired; confirmed
+//!   regressions block, with their culprit; `gate.json`.
+//! - [`github`]: the gate's sticky PR comment and check run, a nightly's issues (octocrab).
 //! - [`cli`]: the command line; each subcommand is a thin wrapper over the modules above.
 //! - [`errors`]: exit codes and the error type the command line prints.
 
@@ -38,11 +43,14 @@ pub mod engines;
 pub mod env;
 pub mod errors;
 pub mod exec;
+pub mod gate;
+pub mod github;
 mod http;
 pub mod inventory;
 pub mod matrix;
 pub mod provision;
 pub mod record;
+pub mod redact;
 pub mod report;
 pub mod run;
 pub mod schedule;

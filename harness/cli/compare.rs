@@ -34,6 +34,10 @@ pub(crate) struct CompareArgs {
     /// warning naming the file and line, and every other record is compared.
     #[arg(long)]
     strict: bool,
+    /// How cells are paired: `auto` (by id, then cells a bump renamed by their values minus the
+    /// moved keys), `id`, or the keys whose values identify a cell (`model,gpu`).
+    #[arg(long, value_name = "auto|id|KEY,...", default_value = "auto")]
+    pair_by: compare::PairBy,
 }
 
 /// Text from run folders, fit for a terminal: invisible characters (escape sequences, bidi
@@ -75,6 +79,9 @@ fn markdown(base: &str, head: &str, result: &RunComparison) -> String {
         esc(head),
         counts_line(result)
     );
+    if let Some(moved) = result.pairing.describe() {
+        let _ = writeln!(md, "{}.\n", esc(&moved));
+    }
     let rows: Vec<_> = result
         .cells
         .iter()
@@ -110,7 +117,8 @@ pub(crate) fn run(args: CompareArgs) -> Result<u8, CliError> {
             let _ = writeln!(stderr, "warning: {}", report::visible(warning));
         }
     }
-    let result = compare::compare_runs(&base.records, &head.records);
+    let result = compare::compare_runs_by(&base.records, &head.records, &args.pair_by)
+        .map_err(CliError::input)?;
     let text = match args.format {
         CompareFormat::Json => {
             let value = serde_json::json!({
@@ -118,6 +126,7 @@ pub(crate) fn run(args: CompareArgs) -> Result<u8, CliError> {
                 "head": args.head.display().to_string(),
                 "regressions": result.regressions(),
                 "counts": result.counts,
+                "pairing": result.pairing,
                 "cells": result.cells,
             });
             let mut text = serde_json::to_string_pretty(&value).map_err(CliError::harness)?;
@@ -132,7 +141,10 @@ pub(crate) fn run(args: CompareArgs) -> Result<u8, CliError> {
                 .filter(|c| c.comparison != Comparison::Passing)
                 .map(|c| {
                     vec![
-                        plain(&c.id),
+                        match &c.base_id {
+                            Some(base_id) => format!("{} (was {})", plain(&c.id), plain(base_id)),
+                            None => plain(&c.id),
+                        },
                         c.comparison.as_str().to_owned(),
                         outcome(c.base.as_ref()),
                         outcome(c.head.as_ref()),
@@ -154,6 +166,9 @@ pub(crate) fn run(args: CompareArgs) -> Result<u8, CliError> {
                 args.head.display(),
                 counts_line(&result)
             );
+            if let Some(moved) = result.pairing.describe() {
+                let _ = writeln!(text, "{}", plain(&moved));
+            }
             text
         }
     };

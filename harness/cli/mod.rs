@@ -5,8 +5,10 @@ mod bisect;
 mod check;
 mod classify;
 mod compare;
+mod gate;
 mod matrix;
 mod plan;
+mod publish;
 mod report;
 mod run;
 mod simulate;
@@ -54,6 +56,11 @@ enum Command {
     Compare(compare::CompareArgs),
     /// Find the first bad version of an axis, or the bumped packages that break a cell.
     Bisect(bisect::BisectArgs),
+    /// Gate a dependency bump: every cell with the base and the head pins; exit 1 only for
+    /// confirmed regressions.
+    Gate(gate::GateArgs),
+    /// Publish a run to GitHub: one issue per new failure fingerprint.
+    Publish(publish::PublishArgs),
     /// Internal: the guardian that kills a run's cells if the harness dies.
     #[command(name = "__reap", hide = true)]
     Reap {
@@ -96,6 +103,8 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Report(args) => report::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Bisect(args) => bisect::run(args),
+        Command::Gate(args) => gate::run(args),
+        Command::Publish(args) => publish::run(args),
         Command::Reap { token } => {
             crate::exec::reaper::serve(&token, std::io::stdin().lock());
             Ok(exit::SUCCESS)

@@ -100,7 +100,8 @@ fn line_text(bytes: &[u8]) -> String {
     let end = bytes.len().min(LINE_MAX);
     let text = String::from_utf8_lossy(&bytes[..end]);
     let text = text.trim_end_matches(['\n', '\r']);
-    let mut out = clean_line(text).into_owned();
+    // Tokens a cell printed (GitHub, Hugging Face, bearer headers) never reach a report.
+    let mut out = crate::redact::redact(&clean_line(text)).into_owned();
     if bytes.len() > LINE_MAX {
         out.push_str(" …");
     }

@@ -10,6 +10,8 @@ mod bisect;
 mod classify;
 mod demo;
 mod engines;
+mod gate;
+mod github;
 mod hardening;
 mod matrix;
 mod matrix_cli;
