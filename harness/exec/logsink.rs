@@ -106,8 +106,16 @@ impl LogSink {
         self.hooks.push(hook);
     }
 
-    /// A line of the harness's own (`[gpucompat] ...`); never dropped.
+    /// A note of the harness's own (`[gpucompat] ...`); never dropped. A note of several lines (a
+    /// multi-line command) is prefixed on every line, so the classifier never reads the harness's
+    /// words, such as a script that names a failure, as the cell's.
     pub fn note(&mut self, text: &str) {
+        for line in text.split('\n') {
+            self.note_line(line.strip_suffix('\r').unwrap_or(line));
+        }
+    }
+
+    fn note_line(&mut self, text: &str) {
         let line = format!("{NOTE_PREFIX} {text}");
         if self.spilled {
             // Written after the output that came before it, not ahead of the kept tail.
@@ -296,6 +304,24 @@ mod tests {
         splitter.feed(&vec![b'x'; MAX_LINE * 2 + 10], |l| long.push(l.len()));
         splitter.finish(|l| long.push(l.len()));
         assert_eq!(long, [MAX_LINE, MAX_LINE, 10]);
+    }
+
+    #[test]
+    fn every_line_of_a_note_carries_the_prefix() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cell.log");
+        let mut sink = LogSink::create(&path, LogLimits::default()).expect("create");
+        sink.note("command: set -e\necho 'an illegal memory access was encountered'\r\nexit 1");
+        sink.line(b"cell output");
+        sink.finish().expect("finish");
+        let text = std::fs::read_to_string(&path).expect("log");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(
+            lines[..3].iter().all(|l| l.starts_with(NOTE_PREFIX)),
+            "{text}"
+        );
+        assert_eq!(lines[3], "cell output");
     }
 
     #[test]

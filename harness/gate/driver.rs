@@ -364,7 +364,8 @@ fn reusable(
         return Ok((Vec::new(), Vec::new()));
     };
     let shown = dir.display().to_string();
-    let run = report::load_run_with(dir, false).map_err(|e| GateError::Baseline(shown.clone(), e))?;
+    let run =
+        report::load_run_with(dir, false).map_err(|e| GateError::Baseline(shown.clone(), e))?;
     let ours = env!("CARGO_PKG_VERSION");
     let theirs = run.manifest.as_ref().map(|m| m.harness_version.as_str());
     if theirs != Some(ours) {
