@@ -40,8 +40,22 @@ pub use pairing::{Moved, MovedPin, PairBy, PairError, Pairing};
 ///
 /// Declared from the most to the least urgent; `Ord` follows that order, so sorting puts
 /// regressions first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Comparison {
     /// Passed in the baseline, fails in the candidate with no expectation covering it.
     Regressed,
@@ -71,36 +85,11 @@ pub enum Comparison {
 
 impl Comparison {
     /// Every comparison, in declaration (urgency) order.
-    pub const ALL: [Comparison; 12] = [
-        Comparison::Regressed,
-        Comparison::StillFailingDifferent,
-        Comparison::NewlyFlaky,
-        Comparison::Fixed,
-        Comparison::NewlyExpected,
-        Comparison::StillFailingSame,
-        Comparison::StillFlaky,
-        Comparison::Spurious,
-        Comparison::New,
-        Comparison::Removed,
-        Comparison::Skipped,
-        Comparison::Passing,
-    ];
+    pub const ALL: &'static [Comparison] = <Comparison as strum::VariantArray>::VARIANTS;
 
+    /// The stable snake_case name used in files and on the command line.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Comparison::Regressed => "regressed",
-            Comparison::StillFailingDifferent => "still_failing_different",
-            Comparison::NewlyFlaky => "newly_flaky",
-            Comparison::Fixed => "fixed",
-            Comparison::NewlyExpected => "newly_expected",
-            Comparison::StillFailingSame => "still_failing_same",
-            Comparison::StillFlaky => "still_flaky",
-            Comparison::Spurious => "spurious",
-            Comparison::New => "new",
-            Comparison::Removed => "removed",
-            Comparison::Skipped => "skipped",
-            Comparison::Passing => "passing",
-        }
+        self.into()
     }
 
     /// Words for people: what the comparison means.
@@ -139,12 +128,6 @@ impl Comparison {
             | Comparison::Skipped
             | Comparison::Passing => false,
         }
-    }
-}
-
-impl fmt::Display for Comparison {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -479,7 +462,7 @@ mod tests {
                 seen.insert(c);
             }
         }
-        for c in Comparison::ALL {
+        for &c in Comparison::ALL {
             assert!(seen.contains(&c), "no case covers `{c}`");
         }
     }
