@@ -146,7 +146,8 @@ pub(crate) fn load_run_with(dir: &Path, strict: bool) -> Result<LoadedRun, Repor
         warnings.extend(results.bad_lines.iter().map(|bad| bad.to_string()));
         results.records
     };
-    let records = order_records(by_id, plan.as_ref());
+    let mut records = order_records(by_id, plan.as_ref());
+    records.iter_mut().for_each(redact_record);
     let name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -160,6 +161,23 @@ pub(crate) fn load_run_with(dir: &Path, strict: bool) -> Result<LoadedRun, Repor
         records,
         warnings,
     })
+}
+
+/// Masks tokens a cell printed in the record's text taken from its log (fingerprint, excerpt) or
+/// about it (reason), so no report, table or posted comment built from records carries one.
+fn redact_record(record: &mut CellRecord) {
+    for text in [
+        &mut record.fingerprint,
+        &mut record.excerpt,
+        &mut record.reason,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if let std::borrow::Cow::Owned(masked) = crate::redact::redact(text) {
+            *text = masked;
+        }
+    }
 }
 
 /// Plan order first (the order the matrix file gives), then by id.

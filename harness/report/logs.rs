@@ -10,7 +10,7 @@ use crate::record::{CellRecord, Status};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -82,11 +82,33 @@ pub(crate) fn open(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// Copies a log into the report, reading it as [`open`] does.
+/// Copies a log into the report, reading it as [`open`] does, with tokens the cell printed
+/// (GitHub, Hugging Face, bearer headers) masked: a published site never carries one. Lines with
+/// nothing to mask are copied byte for byte.
 pub(crate) fn copy(from: &Path, to: &Path) -> io::Result<u64> {
-    let mut source = open(from)?;
-    let mut dest = File::create(to)?;
-    io::copy(&mut source, &mut dest)
+    let mut source = io::BufReader::new(open(from)?);
+    let mut dest = io::BufWriter::new(File::create(to)?);
+    let mut line = Vec::new();
+    let mut written = 0u64;
+    loop {
+        line.clear();
+        if source.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        let text = String::from_utf8_lossy(&line);
+        match crate::redact::redact(&text) {
+            std::borrow::Cow::Owned(masked) => {
+                dest.write_all(masked.as_bytes())?;
+                written += masked.len() as u64;
+            }
+            std::borrow::Cow::Borrowed(_) => {
+                dest.write_all(&line)?;
+                written += line.len() as u64;
+            }
+        }
+    }
+    dest.flush()?;
+    Ok(written)
 }
 
 fn failing(status: Status) -> bool {
@@ -220,7 +242,7 @@ pub(crate) fn page_text(path: &Path) -> io::Result<String> {
     };
     let mut out = String::with_capacity(raw.len());
     for line in raw.lines() {
-        out.push_str(&clean_line(line));
+        out.push_str(&crate::redact::redact(&clean_line(line)));
         out.push('\n');
     }
     Ok(out)

@@ -324,3 +324,59 @@ fn report_outputs_redact_tokens_from_cell_logs() {
         "the excerpt line is shown, redacted, in the dashboard and the JSON"
     );
 }
+
+/// A published site (a report into its own folder, logs copied in) carries no token a cell
+/// printed, not in a fingerprint taken from the root-cause line, not in the copied log.
+#[test]
+fn a_published_site_carries_no_token_from_fingerprints_or_copied_logs() {
+    let sandbox = Sandbox::new();
+    let secret = format!("ghp_{}", "Zq7".repeat(12));
+    sandbox.file(
+        "m.toml",
+        "[matrix]\ncell = [\"a\"]\n[job]\ncommand = \"sh job.sh\"\ntimeout = \"1m\"\n",
+    );
+    sandbox.file(
+        "job.sh",
+        &format!("echo 'RuntimeError: CUDA error: an illegal memory access was encountered (token {secret})' >&2\nexit 1\n"),
+    );
+    let run = run_in(&sandbox)
+        .current_dir(sandbox.path())
+        .args(["m.toml", "--out", "r"])
+        .output()
+        .expect("run");
+    assert_eq!(run.status.code(), Some(1));
+    let site = sandbox.path().join("site");
+    let report = crate::util::gpucompat()
+        .arg("report")
+        .arg(sandbox.path().join("r"))
+        .arg("--out")
+        .arg(&site)
+        .output()
+        .expect("report");
+    assert_eq!(report.status.code(), Some(0));
+    let mut files = vec![site.clone()];
+    let mut read = 0;
+    let mut masked = 0;
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(
+                std::fs::read_dir(&path)
+                    .expect("dir")
+                    .map(|e| e.expect("entry").path()),
+            );
+            continue;
+        }
+        let bytes = std::fs::read(&path).expect("file");
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            !text.contains(&secret),
+            "{} holds the token",
+            path.display()
+        );
+        read += 1;
+        masked += usize::from(text.contains("ghp_[REDACTED]"));
+    }
+    let log = std::fs::read_to_string(site.join("logs").join("a.log")).expect("copied log");
+    assert!(log.contains("ghp_[REDACTED]"), "{log}");
+    assert!(read >= 6 && masked >= 3, "{read} files, {masked} masked");
+}
