@@ -4,6 +4,7 @@ mod util;
 
 mod bisect;
 mod classify;
+mod corpus;
 mod demo;
 mod engines;
 mod matrix;
