@@ -199,10 +199,11 @@ impl Classifier {
             }
             return out;
         }
-        if let Some(seen) = hangs
-            .into_iter()
-            .find(|h| h.count >= self.table.rules[h.first.rule].min_count)
-        {
+        let errors_seen = weak.is_some();
+        if let Some(seen) = hangs.into_iter().find(|h| {
+            let rule = &self.table.rules[h.first.rule];
+            h.count >= rule.min_count && !(rule.only_without_errors && errors_seen)
+        }) {
             return self.name_hit(seen.first);
         }
         if let Some(signal) = evidence.exit.as_ref().and_then(exit_signal) {
@@ -239,7 +240,13 @@ impl Classifier {
                 _ => {}
             }
         }
-        if let Some(hit) = weak {
+        // Among lines that decide only when nothing fatal was seen, one that names a class (a
+        // bare `Killed`, a peer's NCCL abort) says more than a generic exception line.
+        let named = weak_by_signature
+            .into_iter()
+            .find(|(sig, _)| *sig != Signature::Unknown)
+            .map(|(_, hit)| hit);
+        if let Some(hit) = named.or(weak) {
             return self.name_hit(hit);
         }
         let failed = evidence

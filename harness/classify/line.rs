@@ -84,9 +84,10 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^\[([EWIFD]) [\w.-]+:\d+\]\s*",
     // TensorFlow-style: `W tensorflow/stream_executor/dso_loader.cc:64] `.
     r"^([EWIF]) [\w./-]+:\d+\]\s*",
-    // NCCL: `host:1234:5678 [0] NCCL INFO `.
-    r"^[\w.-]+:\d+:\d+ \[\d+\] NCCL (INFO|WARN|ERROR|TRACE)\s*",
-    r"^NCCL (INFO|WARN)\s+",
+    // NCCL: `host:1234:5678 [0] NCCL INFO `, `host:1:2 [1] init.cc:204 NCCL WARN `. NCCL's WARN is
+    // its error channel (`NCCL_DEBUG=WARN` prints failures only), so it is not a quiet level.
+    r"^[\w.-]+:\d+:\d+ \[\d+\] (?:[\w./-]+:\d+ )?NCCL (?:(INFO|TRACE)|WARN|ERROR)\s*",
+    r"^NCCL (?:(INFO)|WARN)\s+",
     // GitHub Actions annotations, dmesg.
     r"^##\[(error|warning|notice|debug)\]\s*",
     r"^##\[(?:group|endgroup)\]\s*",

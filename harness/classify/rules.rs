@@ -67,6 +67,10 @@ pub(crate) struct RuleSpec {
     pub(crate) min_count: u32,
     #[serde(default)]
     pub(crate) unless: Option<String>,
+    #[serde(default)]
+    pub(crate) code: bool,
+    #[serde(default)]
+    pub(crate) only_without_errors: bool,
     pub(crate) explanation: String,
     #[serde(default)]
     pub(crate) hint: Option<String>,
@@ -99,6 +103,12 @@ pub(crate) struct Rule {
     pub(crate) spurious_if: Option<String>,
     pub(crate) min_count: u32,
     pub(crate) unless: Option<Regex>,
+    /// Also fires on source lines a traceback quotes (`File "..."`, `raise X("...")`): the raise
+    /// site names the exception even when the log was cut before its message.
+    pub(crate) code: bool,
+    /// A hang rule that decides only when the log has no error line at all (a stack dump is a
+    /// hang only if nothing crashed).
+    pub(crate) only_without_errors: bool,
     pub(crate) explanation: Option<String>,
     pub(crate) hint: Option<String>,
 }
@@ -115,6 +125,8 @@ pub(crate) struct Table {
     /// Raw-byte prefilter: a line is examined only if it matches. `None` examines every line
     /// (a user pattern with anchors cannot be prefiltered on raw lines).
     pub(crate) trigger: Option<regex::bytes::Regex>,
+    /// Whether some rule looks at quoted source lines.
+    pub(crate) any_code: bool,
 }
 
 impl fmt::Debug for Table {
@@ -153,6 +165,8 @@ impl Table {
                 spurious_if: None,
                 min_count: 1,
                 unless: None,
+                code: false,
+                only_without_errors: false,
                 explanation: Some(
                     r.explanation.clone().unwrap_or_else(|| {
                         format!("matched the matrix file's rule `{}`", r.pattern)
@@ -181,6 +195,8 @@ impl Table {
                 spurious_if: spec.spurious_if.clone(),
                 min_count: spec.min_count.max(1),
                 unless,
+                code: spec.code,
+                only_without_errors: spec.only_without_errors,
                 explanation: Some(spec.explanation.clone()),
                 hint: spec.hint.clone(),
             });
@@ -191,10 +207,12 @@ impl Table {
             .build()
             .map_err(|source| ClassifyError::Set { source })?;
         let trigger = trigger(&file.triggers, user)?;
+        let any_code = rules.iter().any(|r| r.code);
         Ok(Table {
             rules,
             set,
             trigger,
+            any_code,
         })
     }
 

@@ -348,7 +348,12 @@ fn examine(table: &Table, raw: &[u8]) -> Option<(Cleaned, Vec<usize>)> {
         _ => raw,
     };
     let cleaned = line::clean(&visible[..visible.len().min(MAX_LINE)]);
-    if cleaned.text.is_empty() || line::is_code(&cleaned.text) {
+    if cleaned.text.is_empty() {
+        return None;
+    }
+    // Source lines a traceback quotes are not messages; only rules made for them look at them.
+    let code = line::is_code(&cleaned.text);
+    if code && !table.any_code {
         return None;
     }
     let matched = table.set.matches(&cleaned.text);
@@ -359,7 +364,8 @@ fn examine(table: &Table, raw: &[u8]) -> Option<(Cleaned, Vec<usize>)> {
         .iter()
         .filter(|&index| {
             let rule = &table.rules[index];
-            (rule.any_level || !cleaned.level.is_quiet())
+            (!code || rule.code)
+                && (rule.any_level || !cleaned.level.is_quiet())
                 && !rule
                     .unless
                     .as_ref()
