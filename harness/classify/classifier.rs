@@ -240,13 +240,18 @@ impl Classifier {
                 _ => {}
             }
         }
-        // Among lines that decide only when nothing fatal was seen, one that names a class (a
-        // bare `Killed`, a peer's NCCL abort) says more than a generic exception line.
-        let named = weak_by_signature
-            .into_iter()
-            .find(|(sig, _)| *sig != Signature::Unknown)
-            .map(|(_, hit)| hit);
-        if let Some(hit) = named.or(weak) {
+        // The first weak line decides, unless it only reports a death (a launcher's
+        // ChildFailedError, Ray's worker-died): then a weak line that names why (a bare `Killed`)
+        // says more.
+        let weak = match weak {
+            Some(first) if self.table.rules[first.rule].wrapper => weak_by_signature
+                .into_iter()
+                .find(|(sig, _)| *sig != Signature::Unknown)
+                .map(|(_, hit)| hit)
+                .or(Some(first)),
+            other => other,
+        };
+        if let Some(hit) = weak {
             return self.name_hit(hit);
         }
         let failed = evidence

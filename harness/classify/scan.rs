@@ -303,7 +303,7 @@ fn scan_block(table: &Table, block: &[u8]) -> BlockScan {
             None => pos,
             // The end of the earliest match is enough to find its line (no reverse search for
             // the start); a line holds a trigger word whole.
-            Some(trigger) => match trigger.shortest_match_at(block, pos) {
+            Some(trigger) => match trigger.next_end(block, pos) {
                 Some(end) => {
                     let end = end.min(block.len()).saturating_sub(1).max(pos);
                     pos + block[pos..end]
@@ -334,10 +334,26 @@ fn scan_block(table: &Table, block: &[u8]) -> BlockScan {
     }
 }
 
+/// Whether no rule can fire on a raw line, decided without cleaning it (the second prefilter).
+/// Only plain lines are decided here: their cleaned text is a piece of the raw line, so a rule
+/// whose relaxed pattern does not match the raw line cannot match the cleaned one. A line whose
+/// prefix surely makes it quiet (WARNING/INFO/DEBUG) can only fire `any-level` rules.
+fn surely_nothing(table: &Table, raw: &[u8]) -> bool {
+    if !line::is_plain(raw) {
+        return false;
+    }
+    let candidates = if line::surely_quiet(raw) {
+        &table.raw_any_level
+    } else {
+        &table.raw_all
+    };
+    !candidates.is_match(raw)
+}
+
 /// The rules that fire on one raw line, after its prefixes are stripped. The harness's own notes
 /// in a cell's log (`[gpucompat] ...`) describe what it saw; they are never the cell's failure.
 fn examine(table: &Table, raw: &[u8]) -> Option<(Cleaned, Vec<usize>)> {
-    if raw.starts_with(crate::exec::logsink::NOTE_PREFIX.as_bytes()) {
+    if raw.starts_with(crate::exec::logsink::NOTE_PREFIX.as_bytes()) || surely_nothing(table, raw) {
         return None;
     }
     // A long line of carriage-return redraws (a progress bar) shows only its last redraw on a
