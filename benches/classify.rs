@@ -5,7 +5,7 @@
 //! TP=8 engine, and a worst case of warning lines; each with an illegal memory access near the end
 //! and a flood of secondary errors after it. It times `Classifier::classify_file` and `grep -E`
 //! on the same file and prints MB/s and the ratio. It prints numbers; it asserts nothing about
-//! time.
+//! time. `GPUCOMPAT_BENCH_ONLY=<mix>` runs one of `realistic`, `tp8-warnings`, `warning-heavy`.
 
 #![expect(clippy::print_stdout, reason = "a benchmark's output is its numbers")]
 
@@ -187,6 +187,8 @@ fn main() -> std::io::Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(256);
+    // `GPUCOMPAT_BENCH_ONLY=tp8-warnings` runs one mix (for profiling).
+    let only = std::env::var("GPUCOMPAT_BENCH_ONLY").ok();
     let dir = tempfile::tempdir()?;
     let mut summary = Vec::new();
     for (mix, mb) in [
@@ -194,6 +196,9 @@ fn main() -> std::io::Result<()> {
         (Mix::Tp8Warnings, megabytes),
         (Mix::WarningHeavy, (megabytes / 4).max(1)),
     ] {
+        if only.as_deref().is_some_and(|o| o != mix.name()) {
+            continue;
+        }
         let path = dir.path().join(format!("{}.log", mix.name()));
         let size = generate(&path, mb, mix)?;
         let ours = best_of_three(mix.name(), &path, size)?;

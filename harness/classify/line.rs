@@ -165,11 +165,14 @@ static SURELY_QUIET: LazyLock<Option<regex::bytes::Regex>> = LazyLock::new(|| {
 /// Whether a raw line reads the same once decoded: printable ASCII and tabs only, no colour
 /// escapes or their residue. For such a line the cleaned text is a piece of the raw line.
 pub(crate) fn is_plain(raw: &[u8]) -> bool {
-    if raw.len() > MAX_LINE
-        || !raw
-            .iter()
-            .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
-    {
+    raw.iter()
+        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
+        && is_plain_ascii(raw)
+}
+
+/// `is_plain` for a line already known to hold printable ASCII and tabs only.
+pub(crate) fn is_plain_ascii(raw: &[u8]) -> bool {
+    if raw.len() > MAX_LINE {
         return false;
     }
     // SGR residue (`[36m`, `1;36m(` at the start) is removed by `clean`; such lines are not plain.
