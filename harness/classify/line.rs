@@ -186,7 +186,8 @@ pub(crate) fn is_plain_ascii(raw: &[u8]) -> bool {
     let bracket_residue = raw.iter().enumerate().any(|(i, &b)| {
         b == b'[' && raw.get(i + 1).is_some_and(u8::is_ascii_digit) && residue_at(i + 1)
     });
-    !bracket_residue && !(raw.first().is_some_and(u8::is_ascii_digit) && residue_at(0))
+    let leading_residue = raw.first().is_some_and(u8::is_ascii_digit) && residue_at(0);
+    !(bracket_residue || leading_residue)
 }
 
 /// Whether `clean` would surely give this plain line a quiet level: its prefix chain is one of

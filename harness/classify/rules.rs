@@ -290,7 +290,7 @@ fn compile_one(rule: &str, pattern: &str) -> Result<Regex, ClassifyError> {
 /// search cannot see, so then there is no prefilter at all.
 /// `pattern` with every look-around (anchors, word boundaries) replaced by the empty match: it
 /// matches everywhere the original does, and in more places.
-fn relaxed(pattern: &str) -> Result<String, regex_syntax::Error> {
+fn relaxed(pattern: &str) -> Result<String, Box<regex_syntax::Error>> {
     fn strip(hir: Hir) -> Hir {
         match hir.into_kind() {
             HirKind::Look(_) => Hir::empty(),
@@ -315,7 +315,8 @@ fn relaxed(pattern: &str) -> Result<String, regex_syntax::Error> {
         .unicode(false)
         .utf8(false)
         .build()
-        .parse(pattern)?;
+        .parse(pattern)
+        .map_err(Box::new)?;
     Ok(strip(hir).to_string())
 }
 

@@ -133,10 +133,6 @@ impl std::fmt::Display for Score {
 }
 
 #[test]
-#[expect(
-    clippy::print_stdout,
-    reason = "the accuracy figures are this test's report"
-)]
 fn real_corpus_accuracy() {
     let cases = read_cases(&repo_root().join(REAL));
     assert!(cases.len() >= 150, "{} cases", cases.len());
