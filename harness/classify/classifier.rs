@@ -199,10 +199,11 @@ impl Classifier {
             }
             return out;
         }
-        if let Some(seen) = hangs
-            .into_iter()
-            .find(|h| h.count >= self.table.rules[h.first.rule].min_count)
-        {
+        let errors_seen = weak.is_some();
+        if let Some(seen) = hangs.into_iter().find(|h| {
+            let rule = &self.table.rules[h.first.rule];
+            h.count >= rule.min_count && !(rule.only_without_errors && errors_seen)
+        }) {
             return self.name_hit(seen.first);
         }
         if let Some(signal) = evidence.exit.as_ref().and_then(exit_signal) {
@@ -239,6 +240,17 @@ impl Classifier {
                 _ => {}
             }
         }
+        // The first weak line decides, unless it only reports a death (a launcher's
+        // ChildFailedError, Ray's worker-died): then a weak line that names why (a bare `Killed`)
+        // says more.
+        let weak = match weak {
+            Some(first) if self.table.rules[first.rule].wrapper => weak_by_signature
+                .into_iter()
+                .find(|(sig, _)| *sig != Signature::Unknown)
+                .map(|(_, hit)| hit)
+                .or(Some(first)),
+            other => other,
+        };
         if let Some(hit) = weak {
             return self.name_hit(hit);
         }

@@ -84,9 +84,10 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^\[([EWIFD]) [\w.-]+:\d+\]\s*",
     // TensorFlow-style: `W tensorflow/stream_executor/dso_loader.cc:64] `.
     r"^([EWIF]) [\w./-]+:\d+\]\s*",
-    // NCCL: `host:1234:5678 [0] NCCL INFO `.
-    r"^[\w.-]+:\d+:\d+ \[\d+\] NCCL (INFO|WARN|ERROR|TRACE)\s*",
-    r"^NCCL (INFO|WARN)\s+",
+    // NCCL: `host:1234:5678 [0] NCCL INFO `, `host:1:2 [1] init.cc:204 NCCL WARN `. NCCL's WARN is
+    // its error channel (`NCCL_DEBUG=WARN` prints failures only), so it is not a quiet level.
+    r"^[\w.-]+:\d+:\d+ \[\d+\] (?:[\w./-]+:\d+ )?NCCL (?:(INFO|TRACE)|WARN|ERROR)\s*",
+    r"^NCCL (?:(INFO)|WARN)\s+",
     // GitHub Actions annotations, dmesg.
     r"^##\[(error|warning|notice|debug)\]\s*",
     r"^##\[(?:group|endgroup)\]\s*",
@@ -144,6 +145,65 @@ static ANSI_RESIDUE: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"(?:\^\[)?\[\d{1,3}(?:;\d{1,3})*m").ok());
 static LEADING_RESIDUE: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"^((?:\d{1,3};)*\d{1,3}m)[(\[]").ok());
+
+/// Prefix chains that surely leave a line quiet, each the exact sequence of `PREFIX_PATTERNS`
+/// entries that `clean` would strip first (with the level restricted to the quiet ones): vLLM's
+/// `(Proc pid=..) INFO mm-dd hh:mm:ss [file:line] `, NCCL's `host:pid:tid [n] NCCL INFO `, c10d's
+/// glog `[rankN]:[W1209 hh:mm:ss.us file:line] `. The unit tests hold each to `clean`'s verdict.
+static SURELY_QUIET: LazyLock<Option<regex::bytes::Regex>> = LazyLock::new(|| {
+    regex::bytes::Regex::new(concat!(
+        r"^(?:",
+        r"(?:\((?:[^()]*\b(?:pid|ip)=[^()]*|raylet|gcs_server|autoscaler|dashboard(?:_agent)?|monitor)\)\s*)?",
+        r"(?:DEBUG|INFO|WARNING)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+(?:\[[^\]]*\]|[\w./-]+:\d+\])\s?",
+        r"|[A-Za-z_][\w.-]*:\d+:\d+ \[\d+\] (?:[\w./-]+:\d+ )?NCCL (?:INFO|TRACE)\s*",
+        r"|(?:\[(?:rank|default)\d+\]:\s*)?\[?[WID]\d{3,4}\s+\d\d:\d\d:\d\d(?:\.\d+)?(?:\s+\d+)?\s+[\w./-]+:\d+\]\s*",
+        r")"
+    ))
+    .ok()
+});
+
+/// Whether a raw line reads the same once decoded: printable ASCII and tabs only, no colour
+/// escapes or their residue. For such a line the cleaned text is a piece of the raw line.
+pub(crate) fn is_plain(raw: &[u8]) -> bool {
+    raw.iter()
+        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
+        && is_plain_ascii(raw)
+}
+
+/// `is_plain` for a line already known to hold printable ASCII and tabs only.
+pub(crate) fn is_plain_ascii(raw: &[u8]) -> bool {
+    if raw.len() > MAX_LINE {
+        return false;
+    }
+    // SGR residue (`[36m`, `1;36m(` at the start) is removed by `clean`; such lines are not plain.
+    let residue_at = |from: usize| {
+        let digits = raw[from..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit() || **b == b';')
+            .count();
+        digits > 0 && raw.get(from + digits) == Some(&b'm')
+    };
+    let bracket_residue = raw.iter().enumerate().any(|(i, &b)| {
+        b == b'[' && raw.get(i + 1).is_some_and(u8::is_ascii_digit) && residue_at(i + 1)
+    });
+    let leading_residue = raw.first().is_some_and(u8::is_ascii_digit) && residue_at(0);
+    !(bracket_residue || leading_residue)
+}
+
+/// Whether `clean` would surely give this plain line a quiet level: its prefix chain is one of
+/// `SURELY_QUIET`'s and nothing after it is another prefix (which could carry another level).
+pub(crate) fn surely_quiet(raw: &[u8]) -> bool {
+    let (Some(quiet), Some(prefixes)) = (SURELY_QUIET.as_ref(), PREFIXES.as_ref()) else {
+        return false;
+    };
+    let Some(m) = quiet.find(raw) else {
+        return false;
+    };
+    match std::str::from_utf8(&raw[m.end()..]) {
+        Ok(rest) => !prefixes.set.is_match(rest),
+        Err(_) => false,
+    }
+}
 
 /// Prepares a raw line (without its newline) for the rules.
 pub(crate) fn clean(raw: &[u8]) -> Cleaned {
@@ -425,6 +485,72 @@ mod tests {
             assert_eq!(got.text, want, "{raw}");
             assert_eq!(got.level, level, "{raw}");
         }
+    }
+
+    /// The fast quiet verdict never disagrees with `clean`: every line it calls quiet, `clean`
+    /// calls quiet too (the prefilter may drop only what the rules would drop).
+    #[test]
+    fn surely_quiet_agrees_with_clean() {
+        let quiet = [
+            "(VllmWorker TP3 pid=12345) WARNING 05-28 14:44:28 [custom_all_reduce.py:136] Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs.",
+            "INFO 05-28 14:44:30 [metrics.py:88] request errors: 0, retries: 0, timeouts: 0",
+            "DEBUG 05-28 14:44:28 scheduler.py:12] scheduled 32 sequences",
+            "gpu-node-3:12345:5679 [3] NCCL INFO NET/Plugin: Plugin load returned 2 : libnccl-net.so: cannot open shared object file",
+            "gpu-node-3:1:2 [1] init.cc:204 NCCL INFO comm 0x1 rank 1 nranks 8 - Init COMPLETE",
+            "[rank3]:[W528 14:44:28.281862353 ProcessGroupNCCL.cpp:4561] [PG ID 0 PG GUID 0 Rank 3] using GPU 3 to perform barrier",
+            "W1209 02:28:15.28 12 x.cc:1] careful",
+        ];
+        let not_surely = [
+            "(VllmWorker TP0 pid=265) ERROR 05-12 19:01:18 [multiproc_executor.py:470] RuntimeError: boom",
+            "INFO 05-28 14:44:30 [x.py:1] ERROR: boom",
+            "INFO 05-28 14:44:30 [x.py:1] [rank0]:[E822 16:31:16.13 ProcessGroupNCCL.cpp:632] boom",
+            "gpu-node-3:1:2 [1] init.cc:204 NCCL WARN Cuda failure 'out of memory'",
+            "[rank3]:[E528 14:44:28.281862353 ProcessGroupNCCL.cpp:4561] boom",
+            "1234-56-78T12:34:56 [3] NCCL INFO x",
+            "RuntimeError: CUDA error: an illegal memory access was encountered",
+        ];
+        for line in quiet {
+            assert!(is_plain(line.as_bytes()), "{line}");
+            assert!(surely_quiet(line.as_bytes()), "{line}");
+            assert!(clean(line.as_bytes()).level.is_quiet(), "{line}");
+        }
+        for line in not_surely {
+            assert!(!surely_quiet(line.as_bytes()), "{line}");
+        }
+        // And on every line of the real corpora: quiet by the fast verdict means quiet by `clean`.
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/corpus");
+        let mut checked = 0;
+        for dir in [root.clone(), root.join("real")] {
+            for entry in std::fs::read_dir(&dir).expect("corpus folder") {
+                let path = entry.expect("entry").path();
+                if path.extension().is_none_or(|e| e != "log") {
+                    continue;
+                }
+                let bytes = std::fs::read(&path).expect("log");
+                for raw in bytes.split(|&b| b == b'\n') {
+                    if is_plain(raw) && surely_quiet(raw) {
+                        checked += 1;
+                        assert!(
+                            clean(raw).level.is_quiet(),
+                            "{}: {}",
+                            path.display(),
+                            String::from_utf8_lossy(raw)
+                        );
+                    }
+                }
+            }
+        }
+        assert!(checked > 20, "{checked} corpus lines checked");
+    }
+
+    #[test]
+    fn plain_lines_have_no_escapes_or_residue() {
+        assert!(is_plain(b"INFO 05-28 [x.py:1] ok [3] done"));
+        assert!(!is_plain(b"\x1b[31mred"));
+        assert!(!is_plain(b"[36m(RayWorkerWrapper pid=1) x"));
+        assert!(!is_plain(b"1;36m(VllmWorker rank=5 pid=1) x"));
+        assert!(!is_plain(b"a\rb"));
+        assert!(!is_plain("caf\u{e9}".as_bytes()));
     }
 
     #[test]

@@ -7,7 +7,9 @@
 use super::ClassifyError;
 use crate::matrix::UserRule;
 use crate::signature::Signature;
+use aho_corasick::{AhoCorasick, AhoCorasickKind};
 use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
+use regex_syntax::hir::{Hir, HirKind};
 use serde::Deserialize;
 use std::cmp::Reverse;
 use std::fmt;
@@ -18,6 +20,8 @@ pub const BUILTIN_RULES: &str = include_str!("rules.toml");
 /// Compiled-program limits: generous, because the set holds every rule at once.
 const SIZE_LIMIT: usize = 256 << 20;
 const DFA_SIZE_LIMIT: usize = 64 << 20;
+/// Lazy-DFA cache of each raw-line prefilter set, per thread.
+const RAW_DFA_SIZE_LIMIT: usize = 4 << 20;
 
 /// How a rule's line takes part in picking the root cause (see `rules.toml`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -67,6 +71,10 @@ pub(crate) struct RuleSpec {
     pub(crate) min_count: u32,
     #[serde(default)]
     pub(crate) unless: Option<String>,
+    #[serde(default)]
+    pub(crate) code: bool,
+    #[serde(default)]
+    pub(crate) only_without_errors: bool,
     pub(crate) explanation: String,
     #[serde(default)]
     pub(crate) hint: Option<String>,
@@ -99,6 +107,12 @@ pub(crate) struct Rule {
     pub(crate) spurious_if: Option<String>,
     pub(crate) min_count: u32,
     pub(crate) unless: Option<Regex>,
+    /// Also fires on source lines a traceback quotes (`File "..."`, `raise X("...")`): the raise
+    /// site names the exception even when the log was cut before its message.
+    pub(crate) code: bool,
+    /// A hang rule that decides only when the log has no error line at all (a stack dump is a
+    /// hang only if nothing crashed).
+    pub(crate) only_without_errors: bool,
     pub(crate) explanation: Option<String>,
     pub(crate) hint: Option<String>,
 }
@@ -114,7 +128,34 @@ pub(crate) struct Table {
     pub(crate) set: RegexSet,
     /// Raw-byte prefilter: a line is examined only if it matches. `None` examines every line
     /// (a user pattern with anchors cannot be prefiltered on raw lines).
-    pub(crate) trigger: Option<regex::bytes::Regex>,
+    pub(crate) trigger: Option<Trigger>,
+    /// Every pattern with its anchors and word boundaries dropped, for raw lines: a rule can fire
+    /// on a plain line only if its relaxed pattern matches the raw line (the cleaned line is a
+    /// piece of it). Lets most lines that carry a trigger word be dropped before cleaning.
+    pub(crate) raw_all: regex::bytes::RegexSet,
+    /// The same for the rules that fire at any level: all that can fire on a quiet line.
+    pub(crate) raw_any_level: regex::bytes::RegexSet,
+    /// Whether some rule looks at quoted source lines.
+    pub(crate) any_code: bool,
+}
+
+/// The first-stage prefilter: the trigger words (Aho-Corasick, ASCII case-insensitive, plus the
+/// non-ASCII words exactly), or a regex when a matrix file's own patterns have to be searched too.
+pub(crate) enum Trigger {
+    Words(AhoCorasick),
+    Regex(regex::bytes::Regex),
+}
+
+impl Trigger {
+    /// The end of the earliest match at or after `start`.
+    pub(crate) fn next_end(&self, haystack: &[u8], start: usize) -> Option<usize> {
+        match self {
+            Trigger::Words(ac) => ac
+                .find(aho_corasick::Input::new(haystack).span(start..haystack.len()))
+                .map(|m| m.end()),
+            Trigger::Regex(re) => re.shortest_match_at(haystack, start),
+        }
+    }
 }
 
 impl fmt::Debug for Table {
@@ -153,6 +194,8 @@ impl Table {
                 spurious_if: None,
                 min_count: 1,
                 unless: None,
+                code: false,
+                only_without_errors: false,
                 explanation: Some(
                     r.explanation.clone().unwrap_or_else(|| {
                         format!("matched the matrix file's rule `{}`", r.pattern)
@@ -181,6 +224,8 @@ impl Table {
                 spurious_if: spec.spurious_if.clone(),
                 min_count: spec.min_count.max(1),
                 unless,
+                code: spec.code,
+                only_without_errors: spec.only_without_errors,
                 explanation: Some(spec.explanation.clone()),
                 hint: spec.hint.clone(),
             });
@@ -191,10 +236,22 @@ impl Table {
             .build()
             .map_err(|source| ClassifyError::Set { source })?;
         let trigger = trigger(&file.triggers, user)?;
+        let any_code = rules.iter().any(|r| r.code);
+        let raw_all = relaxed_set(patterns.iter())?;
+        let raw_any_level = relaxed_set(
+            patterns
+                .iter()
+                .zip(&rules)
+                .filter(|(_, r)| r.any_level)
+                .map(|(p, _)| p),
+        )?;
         Ok(Table {
             rules,
             set,
             trigger,
+            raw_all,
+            raw_any_level,
+            any_code,
         })
     }
 
@@ -231,14 +288,70 @@ fn compile_one(rule: &str, pattern: &str) -> Result<Regex, ClassifyError> {
 /// The prefilter: the trigger words, any case, plus every user pattern. A user pattern that is
 /// anchored (or might be: any `^`, `$`, `\A`, `\z`) refers to the cleaned line, which a raw-line
 /// search cannot see, so then there is no prefilter at all.
-fn trigger(
-    words: &[String],
-    user: &[UserRule],
-) -> Result<Option<regex::bytes::Regex>, ClassifyError> {
+/// `pattern` with every look-around (anchors, word boundaries) replaced by the empty match: it
+/// matches everywhere the original does, and in more places.
+fn relaxed(pattern: &str) -> Result<String, Box<regex_syntax::Error>> {
+    fn strip(hir: Hir) -> Hir {
+        match hir.into_kind() {
+            HirKind::Look(_) => Hir::empty(),
+            HirKind::Repetition(mut rep) => {
+                rep.sub = Box::new(strip(*rep.sub));
+                Hir::repetition(rep)
+            }
+            HirKind::Capture(mut cap) => {
+                cap.sub = Box::new(strip(*cap.sub));
+                Hir::capture(cap)
+            }
+            HirKind::Concat(subs) => Hir::concat(subs.into_iter().map(strip).collect()),
+            HirKind::Alternation(subs) => Hir::alternation(subs.into_iter().map(strip).collect()),
+            HirKind::Empty => Hir::empty(),
+            HirKind::Literal(lit) => Hir::literal(lit.0),
+            HirKind::Class(class) => Hir::class(class),
+        }
+    }
+    // ASCII semantics (`\w`, case folding) are exact on the plain, ASCII-only lines these sets
+    // are used for, and compile to a fraction of the Unicode automaton.
+    let hir = regex_syntax::ParserBuilder::new()
+        .unicode(false)
+        .utf8(false)
+        .build()
+        .parse(pattern)
+        .map_err(Box::new)?;
+    Ok(strip(hir).to_string())
+}
+
+fn relaxed_set<'p>(
+    patterns: impl Iterator<Item = &'p String>,
+) -> Result<regex::bytes::RegexSet, ClassifyError> {
+    // A pattern that cannot be relaxed (a matrix rule's odd syntax) matches every line.
+    let relaxed: Vec<String> = patterns
+        .map(|p| relaxed(p).unwrap_or_else(|_| String::from("(?s-u:.)*")))
+        .collect();
+    // The lazy DFA's cache is per thread: keep it small, these sets run on many lines.
+    regex::bytes::RegexSetBuilder::new(&relaxed)
+        .unicode(false)
+        .size_limit(SIZE_LIMIT)
+        .dfa_size_limit(RAW_DFA_SIZE_LIMIT)
+        .build()
+        .map_err(|source| ClassifyError::Set { source })
+}
+
+fn trigger(words: &[String], user: &[UserRule]) -> Result<Option<Trigger>, ClassifyError> {
     if user.iter().any(|r| {
         r.pattern.contains(['^', '$']) || r.pattern.contains("\\A") || r.pattern.contains("\\z")
     }) {
         return Ok(None);
+    }
+    if user.is_empty() {
+        // Words only: one Aho-Corasick automaton, ASCII case folded (non-ASCII words are exact).
+        return AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .kind(Some(AhoCorasickKind::DFA))
+            .build(words)
+            .map(|ac| Some(Trigger::Words(ac)))
+            .map_err(|err| ClassifyError::Set {
+                source: regex::Error::Syntax(err.to_string()),
+            });
     }
     // ASCII words match in any case, byte by byte (fast); others (`已杀死`) exactly.
     let (ascii, other): (Vec<&String>, Vec<&String>) = words.iter().partition(|w| w.is_ascii());
@@ -258,7 +371,7 @@ fn trigger(
         .size_limit(SIZE_LIMIT)
         .dfa_size_limit(DFA_SIZE_LIMIT)
         .build()
-        .map(Some)
+        .map(|re| Some(Trigger::Regex(re)))
         .map_err(|source| ClassifyError::Set { source })
 }
 
@@ -390,6 +503,25 @@ mod tests {
             failures.len(),
             failures.join("\n")
         );
+    }
+
+    /// The raw-line prefilter is only as good as its weakest pattern: one that cannot be relaxed
+    /// would match every line.
+    #[test]
+    fn every_pattern_relaxes_for_the_raw_prefilter() {
+        let file = parse_builtin().expect("rules.toml parses");
+        for rule in &file.rules {
+            let relaxed = relaxed(&rule.pattern).unwrap_or_else(|e| panic!("{}: {e}", rule.id));
+            let re = regex::bytes::RegexBuilder::new(&relaxed)
+                .unicode(false)
+                .build()
+                .unwrap_or_else(|e| panic!("{}: {e}", rule.id));
+            for example in &rule.examples {
+                if example.is_ascii() {
+                    assert!(re.is_match(example.as_bytes()), "{}: {example}", rule.id);
+                }
+            }
+        }
     }
 
     #[test]

@@ -223,7 +223,7 @@ impl<R: Read> Blocks<R> {
             let len = self.fill(&mut buf, carried)?;
             buf.truncate(len);
             if self.skipping {
-                match buf.iter().position(|&b| b == b'\n') {
+                match memchr::memchr(b'\n', &buf) {
                     Some(i) => {
                         buf.drain(..=i);
                         self.skipping = false;
@@ -241,7 +241,7 @@ impl<R: Read> Blocks<R> {
             if buf.is_empty() {
                 return Ok(None);
             }
-            return Ok(Some(match buf.iter().rposition(|&b| b == b'\n') {
+            return Ok(Some(match memchr::memrchr(b'\n', &buf) {
                 Some(last) => {
                     self.carry = buf.split_off(last + 1);
                     buf
@@ -295,6 +295,11 @@ struct Examined {
 /// Finds the lines of a block (whole lines, ending with a newline) that rules fire on. Pure: it
 /// depends on nothing but the block, so blocks can be scanned in any order on any thread.
 fn scan_block(table: &Table, block: &[u8]) -> BlockScan {
+    // Most blocks are printable ASCII throughout: then no line needs the per-line check (this
+    // loop vectorizes; the per-line one would run once per candidate line).
+    let block_plain = block
+        .iter()
+        .all(|&b| b == b'\n' || b == b'\t' || (b' '..=b'~').contains(&b));
     let mut examined = Vec::new();
     let mut pos = 0;
     let mut index = 0u64;
@@ -303,20 +308,17 @@ fn scan_block(table: &Table, block: &[u8]) -> BlockScan {
             None => pos,
             // The end of the earliest match is enough to find its line (no reverse search for
             // the start); a line holds a trigger word whole.
-            Some(trigger) => match trigger.shortest_match_at(block, pos) {
+            Some(trigger) => match trigger.next_end(block, pos) {
                 Some(end) => {
                     let end = end.min(block.len()).saturating_sub(1).max(pos);
-                    pos + block[pos..end]
-                        .iter()
-                        .rposition(|&b| b == b'\n')
-                        .map_or(0, |i| i + 1)
+                    pos + memchr::memrchr(b'\n', &block[pos..end]).map_or(0, |i| i + 1)
                 }
                 None => break,
             },
         };
         index += count_lines(&block[pos..start]);
         let end = start + newline(&block[start..]);
-        if let Some((cleaned, rules)) = examine(table, &block[start..end]) {
+        if let Some((cleaned, rules)) = examine(table, &block[start..end], block_plain) {
             examined.push(Examined {
                 start,
                 end,
@@ -334,10 +336,33 @@ fn scan_block(table: &Table, block: &[u8]) -> BlockScan {
     }
 }
 
+/// Whether no rule can fire on a raw line, decided without cleaning it (the second prefilter).
+/// Only plain lines are decided here: their cleaned text is a piece of the raw line, so a rule
+/// whose relaxed pattern does not match the raw line cannot match the cleaned one. A line whose
+/// prefix surely makes it quiet (WARNING/INFO/DEBUG) can only fire `any-level` rules.
+fn surely_nothing(table: &Table, raw: &[u8], block_plain: bool) -> bool {
+    let plain = if block_plain {
+        line::is_plain_ascii(raw)
+    } else {
+        line::is_plain(raw)
+    };
+    if !plain {
+        return false;
+    }
+    let candidates = if line::surely_quiet(raw) {
+        &table.raw_any_level
+    } else {
+        &table.raw_all
+    };
+    !candidates.is_match(raw)
+}
+
 /// The rules that fire on one raw line, after its prefixes are stripped. The harness's own notes
 /// in a cell's log (`[gpucompat] ...`) describe what it saw; they are never the cell's failure.
-fn examine(table: &Table, raw: &[u8]) -> Option<(Cleaned, Vec<usize>)> {
-    if raw.starts_with(crate::exec::logsink::NOTE_PREFIX.as_bytes()) {
+fn examine(table: &Table, raw: &[u8], block_plain: bool) -> Option<(Cleaned, Vec<usize>)> {
+    if raw.starts_with(crate::exec::logsink::NOTE_PREFIX.as_bytes())
+        || surely_nothing(table, raw, block_plain)
+    {
         return None;
     }
     // A long line of carriage-return redraws (a progress bar) shows only its last redraw on a
@@ -348,7 +373,12 @@ fn examine(table: &Table, raw: &[u8]) -> Option<(Cleaned, Vec<usize>)> {
         _ => raw,
     };
     let cleaned = line::clean(&visible[..visible.len().min(MAX_LINE)]);
-    if cleaned.text.is_empty() || line::is_code(&cleaned.text) {
+    if cleaned.text.is_empty() {
+        return None;
+    }
+    // Source lines a traceback quotes are not messages; only rules made for them look at them.
+    let code = line::is_code(&cleaned.text);
+    if code && !table.any_code {
         return None;
     }
     let matched = table.set.matches(&cleaned.text);
@@ -359,7 +389,8 @@ fn examine(table: &Table, raw: &[u8]) -> Option<(Cleaned, Vec<usize>)> {
         .iter()
         .filter(|&index| {
             let rule = &table.rules[index];
-            (rule.any_level || !cleaned.level.is_quiet())
+            (!code || rule.code)
+                && (rule.any_level || !cleaned.level.is_quiet())
                 && !rule
                     .unless
                     .as_ref()
@@ -578,10 +609,7 @@ impl<'t> Sequencer<'t> {
         while lines.len() < BEFORE && end > 0 {
             // `end` is just past a newline: the line before ends at `end - 1`.
             let line_end = end - 1;
-            let line_start = block[..line_end]
-                .iter()
-                .rposition(|&b| b == b'\n')
-                .map_or(0, |i| i + 1);
+            let line_start = memchr::memrchr(b'\n', &block[..line_end]).map_or(0, |i| i + 1);
             lines.push(line::display(&block[line_start..line_end]));
             end = line_start;
         }
@@ -597,10 +625,7 @@ impl<'t> Sequencer<'t> {
         let mut end = block.len();
         while tail.len() < TAIL && end > 0 {
             let line_end = end - 1;
-            let line_start = block[..line_end]
-                .iter()
-                .rposition(|&b| b == b'\n')
-                .map_or(0, |i| i + 1);
+            let line_start = memchr::memrchr(b'\n', &block[..line_end]).map_or(0, |i| i + 1);
             tail.push(line::display(&block[line_start..line_end]));
             end = line_start;
         }
@@ -625,10 +650,7 @@ impl<'t> Sequencer<'t> {
 
 /// Offset of the first newline in `bytes` (its length when there is none).
 fn newline(bytes: &[u8]) -> usize {
-    bytes
-        .iter()
-        .position(|&b| b == b'\n')
-        .unwrap_or(bytes.len())
+    memchr::memchr(b'\n', bytes).unwrap_or(bytes.len())
 }
 
 /// Newlines in `bytes`.

@@ -8,6 +8,7 @@ mod util;
 
 mod bisect;
 mod classify;
+mod corpus;
 mod demo;
 mod engines;
 mod gate;
