@@ -16,9 +16,14 @@ pub(crate) struct RunArgs {
     /// Matrix file.
     #[arg(value_name = "FILE")]
     file: PathBuf,
-    /// Run folder to write: results.jsonl, logs/, plan.json, manifest.json (created if missing).
+    /// Run folder to write: results.jsonl, logs/, plan.json, manifest.json (created if missing)
+    /// [default: a new folder per run, `runs/<matrix name>/<UTC time>`].
     #[arg(long, value_name = "DIR")]
-    out: PathBuf,
+    out: Option<PathBuf>,
+    /// Replace the run in `--out`: its records, logs and report are deleted first. Only a
+    /// gpucompat run folder is replaced; a folder holding other files is still refused.
+    #[arg(long, requires = "out", conflicts_with = "resume")]
+    force: bool,
     /// Cells to run at a time [default: one per GPU, or one per CPU when no cell needs a GPU].
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     jobs: Option<usize>,
@@ -28,7 +33,7 @@ pub(crate) struct RunArgs {
     inventory: Option<PathBuf>,
     /// Finish an interrupted run in `--out`: cells with a record are not run again, except skipped
     /// cells and cells that ended in an infrastructure (spurious) error, which run again.
-    #[arg(long)]
+    #[arg(long, requires = "out")]
     resume: bool,
     /// With `--resume`, keep the records of cells that ended in an infrastructure (spurious) error
     /// instead of running them again.
@@ -47,6 +52,42 @@ pub(crate) struct RunArgs {
     /// Time between SIGTERM and SIGKILL when a cell is torn down.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     grace: Duration,
+}
+
+/// Where runs go when no `--out` is given: `runs/<matrix name>/<UTC time>`, relative to the
+/// current folder, so that running the same command again adds to the history.
+const RUNS: &str = "runs";
+
+/// The matrix's `name`, else its file stem, as one folder name.
+fn folder_name(plan: &crate::matrix::Plan) -> String {
+    let name = plan.name.clone().unwrap_or_else(|| {
+        plan.path
+            .file_stem()
+            .map_or_else(|| "run".to_owned(), |s| s.to_string_lossy().into_owned())
+    });
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if safe.trim_matches('.').is_empty() {
+        "run".to_owned()
+    } else {
+        safe
+    }
+}
+
+fn folder_error(err: run::folder::FolderError) -> CliError {
+    if err.is_input() {
+        CliError::input(err)
+    } else {
+        CliError::harness(err)
+    }
 }
 
 /// `64MiB`, `500KB`, `1G`, `4096`: a size in bytes.
@@ -106,8 +147,22 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
     // Cells run in the matrix file's folder: every path handed to them (JIT caches, environments)
     // must not depend on where the harness was started.
     let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
+    let (out, created) = match args.out {
+        Some(out) => {
+            if args.force {
+                run::folder::clear(&out).map_err(folder_error)?;
+            }
+            (out, false)
+        }
+        None => {
+            let parent = PathBuf::from(RUNS).join(folder_name(&plan));
+            let out = run::folder::create_timestamped(&parent, std::time::SystemTime::now())
+                .map_err(folder_error)?;
+            (out, true)
+        }
+    };
     let options = RunOptions {
-        out: absolute(args.out),
+        out: absolute(out.clone()),
         jobs: args.jobs,
         inventory,
         resume: args.resume,
@@ -126,6 +181,13 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
         .map_err(CliError::harness)?;
     let summary = runtime
         .block_on(run::execute(plan, options))
+        .inspect_err(|_| {
+            // A new folder that the run never got to use is not left behind as an empty run
+            // (`remove_dir` removes only an empty folder).
+            if created {
+                let _ = std::fs::remove_dir(&out);
+            }
+        })
         .map_err(|err| {
             if err.is_input() {
                 CliError::input(err)
@@ -135,7 +197,7 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
         })?;
     // Cells may still be tearing down their last output streams; do not wait for them.
     runtime.shutdown_timeout(Duration::from_secs(1));
-    let mut text = summary_text(&summary);
+    let mut text = summary_text(&summary, &out);
     // The run folder carries its own report (compat.md, index.html, ...). A report that cannot be
     // written is worth a warning, never the loss of the run's verdict.
     let folder = summary.folder.clone();
@@ -144,10 +206,7 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
         &folder,
         &ReportOptions::default(),
     ) {
-        Ok(_) => text.push_str(&format!(
-            "report: {}\n",
-            folder.join("index.html").display()
-        )),
+        Ok(_) => text.push_str(&format!("report: {}\n", out.join("index.html").display())),
         Err(err) => text.push_str(&format!("warning: no report written: {err}\n")),
     }
     super::print_stdout(&text)?;
@@ -171,7 +230,8 @@ fn exit_code(summary: &RunSummary) -> u8 {
     if bad { exit::FAILURES } else { exit::SUCCESS }
 }
 
-fn summary_text(summary: &RunSummary) -> String {
+/// `shown`: the run folder as the user gave it (or as it was named for them).
+fn summary_text(summary: &RunSummary, shown: &std::path::Path) -> String {
     let mut counts: Vec<(Status, usize)> = Vec::new();
     for record in &summary.records {
         match counts.iter_mut().find(|(s, _)| *s == record.status) {
@@ -223,10 +283,7 @@ fn summary_text(summary: &RunSummary) -> String {
             summary.folder.display()
         ));
     } else {
-        text.push_str(&format!(
-            "\nresults: {}\n",
-            summary.folder.join(run::folder::RESULTS).display()
-        ));
+        text.push_str(&format!("\nrun folder: {}\n", shown.display()));
     }
     text
 }

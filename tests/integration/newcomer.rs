@@ -1,0 +1,132 @@
+//! A newcomer's first hour (issue 17): the main command can be run again and again (a new run
+//! folder per run), `--force` replaces a run on purpose and nothing else, every subcommand's help
+//! says its exit codes, ... Each test drives the real CLI.
+
+use crate::util::{Sandbox, gpucompat, repo_root};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A one-cell matrix named `first` whose cell passes at once.
+fn small_matrix(sandbox: &Sandbox) -> PathBuf {
+    let job = repo_root().join("tests/fixtures/run/job.sh");
+    sandbox.file(
+        "first.toml",
+        &format!(
+            "name = \"first\"\n[matrix]\ncase = [\"a\"]\n[job]\ncommand = \"sh '{}' pass\"\ntimeout = \"30s\"\n",
+            job.display()
+        ),
+    )
+}
+
+/// `gpucompat run ARGS...` in `dir`, without GPUs, caches in the sandbox.
+fn run_here(sandbox: &Sandbox, dir: &Path, args: &[&str]) -> std::process::Output {
+    let inventory = sandbox.file("no-gpus.toml", "host = \"test-host\"\n");
+    gpucompat()
+        .current_dir(dir)
+        .arg("run")
+        .args(args)
+        .arg("--inventory")
+        .arg(inventory)
+        .arg("--cache-dir")
+        .arg(sandbox.path().join("cache"))
+        .env("CI", "true")
+        .timeout(Duration::from_secs(90))
+        .output()
+        .expect("run gpucompat")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn run_folders(parent: &Path) -> Vec<PathBuf> {
+    let mut folders: Vec<PathBuf> = std::fs::read_dir(parent)
+        .map(|entries| entries.map(|e| e.expect("entry").path()).collect())
+        .unwrap_or_default();
+    folders.sort();
+    folders
+}
+
+#[test]
+fn newcomer_the_main_command_runs_again_into_a_new_folder_each_time() {
+    let sandbox = Sandbox::new();
+    let matrix = small_matrix(&sandbox);
+    let matrix = matrix.to_str().expect("utf-8 path");
+    for _ in 0..3 {
+        let output = run_here(&sandbox, sandbox.path(), &[matrix]);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "run again: {}",
+            text(&output.stderr)
+        );
+        assert!(
+            text(&output.stdout).contains("run folder: runs/first/"),
+            "says where the run went: {}",
+            text(&output.stdout)
+        );
+    }
+    // Three runs in (likely) the same second: three folders, the later ones with a suffix.
+    let folders = run_folders(&sandbox.path().join("runs/first"));
+    assert_eq!(folders.len(), 3, "{folders:?}");
+    let stamp = regex::Regex::new(r"^\d{4}-\d\d-\d\dT\d\d-\d\d-\d\dZ(-\d+)?$").expect("regex");
+    for folder in &folders {
+        let name = folder.file_name().expect("name").to_string_lossy();
+        assert!(stamp.is_match(&name), "folder name {name}");
+        assert!(folder.join("results.jsonl").is_file(), "{folder:?}");
+        assert!(folder.join("index.html").is_file(), "{folder:?}");
+    }
+    // The history reads as a series of runs.
+    let mut report = gpucompat();
+    report.current_dir(sandbox.path()).arg("report");
+    for folder in &folders {
+        report.arg(folder);
+    }
+    let site = sandbox.path().join("site");
+    report.arg("--out").arg(&site).assert().success();
+    assert!(site.join("index.html").is_file());
+}
+
+#[test]
+fn newcomer_force_replaces_a_run_folder_and_never_a_folder_of_other_files() {
+    let sandbox = Sandbox::new();
+    let matrix = small_matrix(&sandbox);
+    let matrix = matrix.to_str().expect("utf-8 path");
+    let out = sandbox.path().join("out");
+    let out_arg = out.to_str().expect("utf-8 path");
+    let first = run_here(&sandbox, sandbox.path(), &[matrix, "--out", out_arg]);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    // Without --force, `--out` keeps refusing a folder that holds a run, as it always did.
+    let again = run_here(&sandbox, sandbox.path(), &[matrix, "--out", out_arg]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(text(&again.stderr).contains("already holds a run"));
+    // A leftover of the first run disappears with --force; the new run is complete.
+    std::fs::write(out.join("logs/stale.log"), "old").expect("write");
+    let forced = run_here(
+        &sandbox,
+        sandbox.path(),
+        &[matrix, "--out", out_arg, "--force"],
+    );
+    assert_eq!(forced.status.code(), Some(0), "{}", text(&forced.stderr));
+    assert!(!out.join("logs/stale.log").exists(), "replaced, not merged");
+    let results = std::fs::read_to_string(out.join("results.jsonl")).expect("results");
+    assert_eq!(results.lines().count(), 1, "one run's records: {results}");
+    // A folder of someone's files is never emptied, --force or not.
+    let mine = sandbox.path().join("mine");
+    std::fs::create_dir(&mine).expect("mkdir");
+    std::fs::write(mine.join("thesis.tex"), "precious").expect("write");
+    let refused = run_here(
+        &sandbox,
+        sandbox.path(),
+        &[matrix, "--out", mine.to_str().expect("utf-8"), "--force"],
+    );
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    assert!(text(&refused.stderr).contains("not a gpucompat run folder"));
+    assert_eq!(
+        std::fs::read_to_string(mine.join("thesis.tex")).expect("kept"),
+        "precious"
+    );
+    // --resume names the folder it finishes.
+    let resume = run_here(&sandbox, sandbox.path(), &[matrix, "--resume"]);
+    assert_eq!(resume.status.code(), Some(2));
+}
