@@ -12,8 +12,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 const AFTER_HELP: &str = "\
-Version bisect:  gpucompat bisect FILE --axis flashinfer --good 0.6.3 --bad 0.6.11.post1 [--cell ID]
-Attribution:     gpucompat bisect FILE --base base.txt --head head.txt [--cell ID]
+Examples:
+  Version bisect:  gpucompat bisect FILE --axis flashinfer --good 0.6.3 --bad 0.6.11.post1 [--cell ID]
+  Attribution:     gpucompat bisect FILE --base base.txt --head head.txt [--cell ID]
+  Continue one:    gpucompat bisect FILE --axis flashinfer --good 0.6.3 --bad 0.6.11.post1 --resume
 
 Each probe is a real cell run (environment, watchdog, classifier) recorded in the bisect folder
 (results.jsonl, logs/, bisect.json). A probe is good, bad (the target failure) or unknown (an

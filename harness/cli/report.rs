@@ -20,7 +20,14 @@ probes)` or `not converged: <why>`, and the cell's page lists the probes with th
 Examples:
   gpucompat report runs/2026-11-20 runs/2026-11-21 --out site
   gpucompat report runs/2026-11-21 bisects/ --out site
-  gpucompat report runs/2026-11-21 --bisect bisects/0.6.11-sm_90-flashinfer-0.6.3-0.6.11 --out site";
+  gpucompat report runs/2026-11-21 --bisect bisects/0.6.11-sm_90-flashinfer-0.6.3-0.6.11 --out site
+  gpucompat report runs/demo/* --out site
+
+Exit codes:
+  0  the report was written (failing cells are data, not an error of this command)
+  2  bad input (no run folder given or readable, a corrupt results.jsonl with --strict, an
+     unknown --rows/--cols axis, an --out that holds other files)
+  3  the harness itself failed (the report folder cannot be written)";
 
 #[derive(Debug, Args)]
 #[command(after_help = AFTER_HELP)]

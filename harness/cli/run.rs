@@ -11,7 +11,26 @@ use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
 
+const AFTER_HELP: &str = "\
+Examples:
+  gpucompat run matrices/demo.toml
+  gpucompat run matrices/nightly.toml --out runs/2026-11-21 -j 4
+  gpucompat run matrices/nightly.toml --out runs/2026-11-21 --resume
+  gpucompat run matrices/nightly.toml --out runs/try --force --cell 0.6.3-sm_90
+
+Without `--out`, every run gets a new folder, runs/<matrix name>/<UTC time>; the last lines of
+the run name it and its report (index.html).
+
+Exit codes:
+  0    every cell ran and nothing unexpected happened (fail with an expectation is xfail)
+  1    a cell failed unexpectedly, passed unexpectedly (xpass) or hit an infrastructure error
+  2    bad input (matrix file, arguments, inventory, an `--out` that is not a run folder)
+  3    the harness itself failed (a run folder it cannot write)
+  4    every cell was skipped (no matching GPU), so nothing was tested
+  130  interrupted; finished cells are kept, `--out DIR --resume` finishes the run";
+
 #[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
 pub(crate) struct RunArgs {
     /// Matrix file.
     #[arg(value_name = "FILE")]

@@ -130,3 +130,76 @@ fn newcomer_force_replaces_a_run_folder_and_never_a_folder_of_other_files() {
     let resume = run_here(&sandbox, sandbox.path(), &[matrix, "--resume"]);
     assert_eq!(resume.status.code(), Some(2));
 }
+
+/// The subcommands `gpucompat --help` lists (with `matrix`'s own), so that a new one without
+/// examples and exit codes fails this test.
+fn subcommands() -> Vec<Vec<String>> {
+    let help = gpucompat().arg("--help").assert().success();
+    let help = text(&help.get_output().stdout);
+    let listed = help
+        .split("Commands:")
+        .nth(1)
+        .expect("a Commands: section")
+        .split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+        .filter(|name| name != "help")
+        .collect::<Vec<_>>();
+    assert!(listed.len() >= 8, "{listed:?}");
+    listed
+        .into_iter()
+        .map(|name| {
+            if name == "matrix" {
+                vec![name, "expand".to_owned()]
+            } else {
+                vec![name]
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn newcomer_every_subcommand_help_has_examples_and_exit_codes() {
+    for command in subcommands() {
+        let output = gpucompat().args(&command).arg("--help").assert().success();
+        let help = text(&output.get_output().stdout);
+        let name = command.join(" ");
+        assert!(
+            help.contains("Examples:"),
+            "`{name} --help` has no examples"
+        );
+        assert!(
+            help.contains(&format!("gpucompat {name} ")),
+            "`{name} --help` shows no example of itself"
+        );
+        let codes = help
+            .split("Exit codes:")
+            .nth(1)
+            .unwrap_or_else(|| panic!("`{name} --help` has no exit codes"));
+        for code in ["0", "2"] {
+            assert!(
+                codes
+                    .lines()
+                    .any(|l| l.trim_start().starts_with(&format!("{code} "))),
+                "`{name} --help` does not say exit code {code}:\n{codes}"
+            );
+        }
+    }
+}
+
+#[test]
+fn newcomer_run_help_says_every_exit_code_run_can_return() {
+    let output = gpucompat().args(["run", "--help"]).assert().success();
+    let help = text(&output.get_output().stdout);
+    let codes = help.split("Exit codes:").nth(1).expect("exit codes");
+    for code in ["0", "1", "2", "3", "4", "130"] {
+        assert!(
+            codes
+                .lines()
+                .any(|l| l.trim_start().starts_with(&format!("{code} "))),
+            "run --help lacks {code}"
+        );
+    }
+}
