@@ -144,6 +144,7 @@ pub(crate) fn run(args: BisectArgs) -> Result<u8, CliError> {
             // A probe that ended in an infrastructure fault decided nothing: run it again.
             retry_errors: true,
             // One `[bisect]` line per probe instead of the run's lines per cell.
+            slow_after: None,
             quiet: true,
         },
     };

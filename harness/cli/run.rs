@@ -68,6 +68,10 @@ pub(crate) struct RunArgs {
     /// (e.g. `64MiB`, `500KB`).
     #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
     log_limit: u64,
+    /// Say `SLOW` for a cell each time it has run this much longer, with its phase and what the
+    /// watchdog sees (`0s`: never).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    slow_after: Duration,
     /// Time between SIGTERM and SIGKILL when a cell is torn down.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     grace: Duration,
@@ -192,12 +196,14 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
         grace: args.grace,
         reaper_exe: std::env::current_exe().ok(),
         interactive: Reporter::stderr_is_interactive(),
+        slow_after: Some(args.slow_after),
         quiet: false,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(CliError::harness)?;
+    let clock = std::time::Instant::now();
     let summary = runtime
         .block_on(run::execute(plan, options))
         .inspect_err(|_| {
@@ -216,18 +222,17 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
         })?;
     // Cells may still be tearing down their last output streams; do not wait for them.
     runtime.shutdown_timeout(Duration::from_secs(1));
-    let mut text = summary_text(&summary, &out);
     // The run folder carries its own report (compat.md, index.html, ...). A report that cannot be
     // written is worth a warning, never the loss of the run's verdict.
     let folder = summary.folder.clone();
-    match report::render(
+    let report = report::render(
         std::slice::from_ref(&folder),
         &folder,
         &ReportOptions::default(),
-    ) {
-        Ok(_) => text.push_str(&format!("report: {}\n", out.join("index.html").display())),
-        Err(err) => text.push_str(&format!("warning: no report written: {err}\n")),
-    }
+    )
+    .map(|_| out.join("index.html"))
+    .map_err(|err| err.to_string());
+    let text = summary_text(&summary, &out, report, clock.elapsed());
     super::print_stdout(&text)?;
     Ok(exit_code(&summary))
 }
@@ -249,61 +254,111 @@ fn exit_code(summary: &RunSummary) -> u8 {
     if bad { exit::FAILURES } else { exit::SUCCESS }
 }
 
-/// `shown`: the run folder as the user gave it (or as it was named for them).
-fn summary_text(summary: &RunSummary, shown: &std::path::Path) -> String {
-    let mut counts: Vec<(Status, usize)> = Vec::new();
-    for record in &summary.records {
-        match counts.iter_mut().find(|(s, _)| *s == record.status) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((record.status, 1)),
-        }
-    }
-    counts.sort();
-    let mut text = format!(
-        "\n{} cells with results: {}\n",
-        summary.records.len(),
-        counts
+/// The statuses in the order the summary says them: what needs a person first (unexpected
+/// failures and passes, infrastructure errors), then flaky cells, then what went as expected.
+const SUMMARY_ORDER: [Status; 7] = [
+    Status::Fail,
+    Status::Xpass,
+    Status::Error,
+    Status::Flaky,
+    Status::Pass,
+    Status::Xfail,
+    Status::Skip,
+];
+
+/// Statuses listed cell by cell; the others are collapsed to a count.
+fn listed(status: Status) -> bool {
+    matches!(
+        status,
+        Status::Fail | Status::Xpass | Status::Error | Status::Flaky
+    )
+}
+
+/// The end of a run, as nextest ends: the cells that need a person (unexpected ones first), the
+/// expected ones as counts, where the run folder and its report are, and a last line with the
+/// elapsed time and every count. `shown`: the run folder as the user gave it (or as it was named
+/// for them); `report`: the written report's index, or why it was not written.
+fn summary_text(
+    summary: &RunSummary,
+    shown: &std::path::Path,
+    report: Result<PathBuf, String>,
+    elapsed: Duration,
+) -> String {
+    let count = |status: Status| {
+        summary
+            .records
             .iter()
-            .map(|(s, n)| format!("{n} {s}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let notable: Vec<Vec<String>> = summary
-        .records
+            .filter(|r| r.status == status)
+            .count()
+    };
+    let counts: Vec<String> = SUMMARY_ORDER
         .iter()
-        .filter(|r| !matches!(r.status, Status::Pass))
-        .map(|r| {
-            vec![
-                r.status.as_str().to_owned(),
+        .map(|&s| (s, count(s)))
+        .filter(|&(_, n)| n > 0)
+        .map(|(s, n)| format!("{n} {s}"))
+        .collect();
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for status in SUMMARY_ORDER.into_iter().filter(|&s| listed(s)) {
+        for r in summary.records.iter().filter(|r| r.status == status) {
+            rows.push(vec![
+                r.status.as_str().to_ascii_uppercase(),
                 r.id.clone(),
                 r.signature.map_or("-", |s| s.as_str()).to_owned(),
                 r.phase.map_or("-", |p| p.as_str()).to_owned(),
                 match r.status {
-                    Status::Skip | Status::Xpass | Status::Flaky | Status::Error => {
+                    Status::Xpass | Status::Flaky | Status::Error => {
                         r.reason.clone().unwrap_or_default()
                     }
                     _ => r.log.clone(),
                 },
-            ]
-        })
-        .collect();
-    if !notable.is_empty() {
-        text.push('\n');
+            ]);
+        }
+    }
+    let mut text = String::from("\n");
+    if !rows.is_empty() {
         text.push_str(&super::table::render(
             &["status", "cell", "signature", "phase", "log / reason"],
-            &notable,
+            &rows,
+        ));
+        text.push('\n');
+    }
+    let expected: Vec<String> = SUMMARY_ORDER
+        .iter()
+        .filter(|&&s| !listed(s))
+        .map(|&s| (s, count(s)))
+        .filter(|&(_, n)| n > 0)
+        .map(|(s, n)| format!("{n} {s}"))
+        .collect();
+    if !expected.is_empty() {
+        text.push_str(&format!(
+            "as expected: {} (every cell is in the report)\n",
+            expected.join(", ")
         ));
     }
     if let Some(torn_down) = summary.interrupted {
         text.push_str(&format!(
-            "\ninterrupted: {} cell(s) kept in {}; {torn_down} not finished; finish with `gpucompat run ... --out {} --resume`\n",
+            "interrupted: {} cell(s) kept in {}; {torn_down} not finished; finish with `gpucompat run ... --out {} --resume`\n",
             summary.records.len(),
-            summary.folder.join(run::folder::RESULTS).display(),
-            summary.folder.display()
+            shown.join(run::folder::RESULTS).display(),
+            shown.display()
         ));
-    } else {
-        text.push_str(&format!("\nrun folder: {}\n", shown.display()));
     }
+    text.push_str(&format!("run folder: {}\n", shown.display()));
+    match report {
+        Ok(index) => text.push_str(&format!("report: {}\n", index.display())),
+        Err(err) => text.push_str(&format!("warning: no report written: {err}\n")),
+    }
+    text.push_str(&format!(
+        "{:>8} [{:>7.1}s] {} cells: {}\n",
+        "Summary",
+        elapsed.as_secs_f64(),
+        summary.records.len(),
+        if counts.is_empty() {
+            "none finished".to_owned()
+        } else {
+            counts.join(", ")
+        }
+    ));
     text
 }
 

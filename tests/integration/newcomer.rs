@@ -203,3 +203,130 @@ fn newcomer_run_help_says_every_exit_code_run_can_return() {
         );
     }
 }
+
+/// A matrix of job cells, `case` -> `job.sh` arguments, with an `[[expect]]` for `xfail`.
+fn job_matrix(sandbox: &Sandbox, cases: &[(&str, &str)]) -> PathBuf {
+    let job = repo_root().join("tests/fixtures/run/job.sh");
+    let mut text = format!(
+        "name = \"jobs\"\n[matrix]\ncase = [{}]\n",
+        cases
+            .iter()
+            .map(|(c, _)| format!("\"{c}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for (case, args) in cases {
+        text.push_str(&format!(
+            "[[matrix.include]]\ncase = \"{case}\"\nargs = \"{args}\"\n"
+        ));
+    }
+    text.push_str(&format!(
+        "[job]\ncommand = \"exec sh '{}' {{args}}\"\ntimeout = \"60s\"\nno-progress = \"6s\"\n\n[[expect]]\nwhen = {{ case = \"xfail\" }}\nsignature = \"illegal_address\"\nlink = \"https://example.invalid/issues/1\"\n",
+        job.display()
+    ));
+    sandbox.file("jobs.toml", &text)
+}
+
+#[test]
+fn newcomer_a_long_cell_says_slow_with_its_phase_and_what_the_watchdog_sees() {
+    let sandbox = Sandbox::new();
+    let stamp = sandbox.path().join("hang.stamp");
+    let stamp = stamp.to_str().expect("utf-8");
+    let matrix = job_matrix(
+        &sandbox,
+        &[
+            ("compiling", "compile 4"),
+            ("hanging", &format!("hang {stamp}")),
+        ],
+    );
+    let out = sandbox.path().join("out");
+    let output = run_here(
+        &sandbox,
+        sandbox.path(),
+        &[
+            matrix.to_str().expect("utf-8"),
+            "--out",
+            out.to_str().expect("utf-8"),
+            "--slow-after",
+            "2s",
+            "--jobs",
+            "2",
+            "--grace",
+            "300ms",
+        ],
+    );
+    let stderr = text(&output.stderr);
+    let slow = |cell: &str| -> Vec<String> {
+        stderr
+            .lines()
+            .filter(|l| l.trim_start().starts_with("SLOW") && l.contains(&format!("] {cell} in ")))
+            .map(str::to_owned)
+            .collect()
+    };
+    // The silent compile: busy, seen by its CPU time; the idle wait: no CPU.
+    let compiling = slow("compiling");
+    assert!(
+        !compiling.is_empty(),
+        "no SLOW line for the compile:\n{stderr}"
+    );
+    assert!(
+        compiling[0].contains("in launch: output") && compiling[0].contains("CPU busy"),
+        "{compiling:?}"
+    );
+    let hanging = slow("hanging");
+    assert!(
+        hanging.iter().any(|l| l.contains("CPU idle")),
+        "no idle SLOW line for the hang:\n{stderr}"
+    );
+    // At intervals: `[    2s]`, `[    4s]`, ... never the same second twice for a cell.
+    let seconds: Vec<u64> = hanging
+        .iter()
+        .filter_map(|l| l.split('[').nth(1)?.split('s').next()?.trim().parse().ok())
+        .collect();
+    assert!(seconds.windows(2).all(|w| w[1] >= w[0] + 2), "{seconds:?}");
+    assert!(seconds.first().is_some_and(|&s| s >= 2), "{seconds:?}");
+}
+
+#[test]
+fn newcomer_the_summary_lists_unexpected_results_first_and_ends_with_the_time() {
+    let sandbox = Sandbox::new();
+    let matrix = job_matrix(
+        &sandbox,
+        &[
+            ("ok", "pass"),
+            ("xfail", "illegal-address"),
+            ("broken", "no-kernel-image"),
+            ("ok2", "pass"),
+        ],
+    );
+    let output = run_here(&sandbox, sandbox.path(), &[matrix.to_str().expect("utf-8")]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
+    // The table holds only what needs a person; the expected results are one line of counts.
+    let fail = lines
+        .iter()
+        .position(|l| l.starts_with("FAIL"))
+        .expect("FAIL row");
+    assert!(lines[fail].contains("broken") && lines[fail].contains("no_kernel_image"));
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.starts_with("PASS") || l.starts_with("XFAIL")),
+        "expected cells are counted, not listed:\n{stdout}"
+    );
+    let expected = lines
+        .iter()
+        .position(|l| l.starts_with("as expected: 2 pass, 1 xfail"))
+        .expect("expected counts");
+    assert!(fail < expected, "{stdout}");
+    let report = lines
+        .iter()
+        .position(|l| l.starts_with("report: runs/jobs/"));
+    assert!(report.is_some_and(|r| r > expected), "{stdout}");
+    let last = lines.last().expect("a last line");
+    let summary =
+        regex::Regex::new(r"^\s*Summary \[\s*\d+\.\ds\] 4 cells: 1 fail, 2 pass, 1 xfail$")
+            .expect("regex");
+    assert!(summary.is_match(last), "last line: {last}");
+}
