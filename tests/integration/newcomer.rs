@@ -330,3 +330,178 @@ fn newcomer_the_summary_lists_unexpected_results_first_and_ends_with_the_time() 
             .expect("regex");
     assert!(summary.is_match(last), "last line: {last}");
 }
+
+/// One `<testcase>` of a JUnit file as an XML parser reads it.
+#[derive(Debug, Default)]
+struct JunitCase {
+    name: String,
+    /// (element, message, type, text) of a failure, error or skipped child.
+    outcome: Option<(String, String, String, String)>,
+}
+
+/// Parses `junit.xml` with a real XML parser and checks the JUnit structure CI reporters (and
+/// `junitparser`) expect: `testsuites` > `testsuite` > `testcase`, counts that add up.
+fn parse_junit(xml: &str) -> Vec<JunitCase> {
+    use quick_xml::events::Event;
+    let mut reader = quick_xml::Reader::from_str(xml);
+    let mut stack: Vec<String> = Vec::new();
+    let mut cases: Vec<JunitCase> = Vec::new();
+    let mut declared_tests: Option<usize> = None;
+    let attr = |e: &quick_xml::events::BytesStart<'_>, key: &str| -> String {
+        e.try_get_attribute(key)
+            .expect("well-formed attribute")
+            .map(|a| {
+                a.normalized_value(quick_xml::XmlVersion::Explicit1_0)
+                    .expect("escaped attribute")
+                    .into_owned()
+            })
+            .unwrap_or_default()
+    };
+    loop {
+        let event = reader.read_event().expect("junit.xml is well-formed XML");
+        match event {
+            Event::Start(ref e) | Event::Empty(ref e) => {
+                let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
+                let parent = stack.last().map(String::as_str);
+                match name.as_str() {
+                    "testsuites" => {
+                        assert_eq!(parent, None);
+                        declared_tests = attr(e, "tests").parse().ok();
+                    }
+                    "testsuite" => assert_eq!(parent, Some("testsuites")),
+                    "testcase" => {
+                        assert_eq!(parent, Some("testsuite"));
+                        cases.push(JunitCase {
+                            name: attr(e, "name"),
+                            ..JunitCase::default()
+                        });
+                    }
+                    "failure" | "error" | "skipped" | "system-out" => {
+                        assert_eq!(parent, Some("testcase"), "<{name}> outside a testcase");
+                        if name != "system-out" {
+                            let case = cases.last_mut().expect("a testcase");
+                            assert!(case.outcome.is_none(), "two outcomes in {}", case.name);
+                            case.outcome = Some((
+                                name.clone(),
+                                attr(e, "message"),
+                                attr(e, "type"),
+                                String::new(),
+                            ));
+                        }
+                    }
+                    other => panic!("unexpected element <{other}>"),
+                }
+                if matches!(event, Event::Start(_)) {
+                    stack.push(name);
+                }
+            }
+            Event::Text(t) => {
+                if matches!(stack.last().map(String::as_str), Some("failure" | "error")) {
+                    let text = t.decode().expect("utf-8").into_owned();
+                    let text = quick_xml::escape::unescape(&text)
+                        .expect("escaped text")
+                        .into_owned();
+                    if let Some(outcome) = cases.last_mut().and_then(|c| c.outcome.as_mut()) {
+                        outcome.3.push_str(&text);
+                    }
+                }
+            }
+            Event::GeneralRef(r) => {
+                if matches!(stack.last().map(String::as_str), Some("failure" | "error")) {
+                    let name = String::from_utf8_lossy(&r).into_owned();
+                    let text = quick_xml::escape::unescape(&format!("&{name};"))
+                        .expect("a known entity")
+                        .into_owned();
+                    if let Some(outcome) = cases.last_mut().and_then(|c| c.outcome.as_mut()) {
+                        outcome.3.push_str(&text);
+                    }
+                }
+            }
+            Event::End(_) => {
+                stack.pop();
+            }
+            Event::Eof => break,
+            _ => {}
+        }
+    }
+    assert!(stack.is_empty(), "unclosed elements: {stack:?}");
+    assert_eq!(
+        declared_tests,
+        Some(cases.len()),
+        "testsuites tests= counts every case"
+    );
+    cases
+}
+
+#[test]
+fn newcomer_junit_failures_carry_the_root_cause_line_excerpt_and_reproducer() {
+    let sandbox = Sandbox::new();
+    let matrix = job_matrix(
+        &sandbox,
+        &[
+            ("ok", "pass"),
+            ("xfail", "illegal-address"),
+            ("broken", "no-kernel-image"),
+        ],
+    );
+    let out = sandbox.path().join("out");
+    let output = run_here(
+        &sandbox,
+        sandbox.path(),
+        &[
+            matrix.to_str().expect("utf-8"),
+            "--out",
+            out.to_str().expect("utf-8"),
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let xml = std::fs::read_to_string(out.join("junit.xml")).expect("junit.xml");
+    let cases = parse_junit(&xml);
+    assert_eq!(cases.len(), 3);
+    let broken = cases
+        .iter()
+        .find(|c| c.name == "broken")
+        .expect("the failing cell");
+    let (element, message, kind, body) = broken.outcome.clone().expect("an outcome");
+    assert_eq!(
+        (element.as_str(), kind.as_str()),
+        ("failure", "no_kernel_image")
+    );
+    // The headline is the log's root-cause line, not the signature again.
+    assert_eq!(
+        message,
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+    );
+    // The text: the excerpt around it, the root line marked, then how to reproduce the cell.
+    assert!(body.contains("no_kernel_image in launch"), "{body}");
+    assert!(
+        body.lines()
+            .any(|l| l.contains("> RuntimeError: CUDA error: no kernel image")),
+        "{body}"
+    );
+    let repro = body.find("Reproduce:").expect("a reproducer");
+    assert!(body[repro..].contains("gpucompat run"), "{body}");
+    assert!(body[repro..].contains("--cell broken"), "{body}");
+    let xfail = cases.iter().find(|c| c.name == "xfail").expect("xfail");
+    assert_eq!(
+        xfail.outcome.as_ref().map(|o| o.0.as_str()),
+        Some("skipped")
+    );
+    // Where junitparser is installed, it reads the file too (never installed by the suite).
+    let python = crate::util::python();
+    let has_junitparser = std::process::Command::new(&python)
+        .args(["-c", "import junitparser"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if has_junitparser {
+        let check = std::process::Command::new(&python)
+            .args([
+                "-c",
+                "import sys, junitparser\nx = junitparser.JUnitXml.fromfile(sys.argv[1])\ncases = [c for s in x for c in s]\nassert len(cases) == 3, cases\nf = [c for c in cases if c.name == 'broken'][0].result[0]\nassert 'no kernel image' in f.message, f.message\nassert 'Reproduce:' in f.text, f.text",
+            ])
+            .arg(out.join("junit.xml"))
+            .output()
+            .expect("run python");
+        assert!(check.status.success(), "{}", text(&check.stderr));
+    }
+}
