@@ -489,12 +489,12 @@ fn newcomer_junit_failures_carry_the_root_cause_line_excerpt_and_reproducer() {
     );
     // Where junitparser is installed, it reads the file too (never installed by the suite).
     let python = crate::util::python();
-    let has_junitparser = std::process::Command::new(&python)
+    let has_junitparser = std::process::Command::new(python)
         .args(["-c", "import junitparser"])
         .output()
         .is_ok_and(|o| o.status.success());
     if has_junitparser {
-        let check = std::process::Command::new(&python)
+        let check = std::process::Command::new(python)
             .args([
                 "-c",
                 "import sys, junitparser\nx = junitparser.JUnitXml.fromfile(sys.argv[1])\ncases = [c for s in x for c in s]\nassert len(cases) == 3, cases\nf = [c for c in cases if c.name == 'broken'][0].result[0]\nassert 'no kernel image' in f.message, f.message\nassert 'Reproduce:' in f.text, f.text",
