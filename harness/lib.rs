@@ -38,6 +38,7 @@ pub mod engines;
 pub mod env;
 pub mod errors;
 pub mod exec;
+pub mod filter;
 mod http;
 pub mod inventory;
 pub mod matrix;

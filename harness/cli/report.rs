@@ -55,10 +55,15 @@ pub(crate) struct ReportArgs {
     /// warning naming the file and line, and every other record is kept.
     #[arg(long)]
     strict: bool,
+    #[arg(long, value_name = "EXPR", help = super::FILTER_HELP)]
+    filter: Option<String>,
 }
 
 /// A report error as the CLI says it: bad input (exit 2) or a harness fault (exit 3).
 pub(super) fn report_error(err: ReportError) -> CliError {
+    if let ReportError::Filter(filter) = &err {
+        return CliError::rendered(crate::errors::exit::BAD_INPUT, filter.render());
+    }
     if err.is_input() {
         CliError::input(err)
     } else {
@@ -73,6 +78,7 @@ pub(crate) fn run(args: ReportArgs) -> Result<u8, CliError> {
         title: args.title,
         bisects: args.bisects,
         strict: args.strict,
+        filter: args.filter,
     };
     let summary = report::render(&args.runs, &args.out, &options).map_err(report_error)?;
     {

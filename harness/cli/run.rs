@@ -61,6 +61,8 @@ pub(crate) struct RunArgs {
     /// Run only this cell (repeatable); ids as `gpucompat matrix expand` prints them.
     #[arg(long = "cell", value_name = "ID")]
     cells: Vec<String>,
+    #[arg(long, value_name = "EXPR", help = super::FILTER_HELP)]
+    filter: Option<String>,
     /// Where shared JIT caches live [default: $GPUCOMPAT_CACHE_DIR, else ~/.cache/gpucompat].
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -163,6 +165,32 @@ pub(super) fn default_cache_dir() -> PathBuf {
 
 pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
     let plan = super::matrix::load(&args.file)?;
+    let cells = match &args.filter {
+        None => args.cells,
+        Some(expr) => {
+            let selected: Vec<String> = super::filter_cells(&plan, expr)?
+                .into_iter()
+                .map(|i| plan.cells[i].id.to_string())
+                .collect();
+            if args.cells.is_empty() {
+                selected
+            } else {
+                // Both: the `--cell`s the filter selects (an unknown id still gets its error).
+                let known = |id: &String| plan.cells.iter().any(|c| c.id.as_str() == id);
+                let both: Vec<String> = args
+                    .cells
+                    .into_iter()
+                    .filter(|id| selected.contains(id) || !known(id))
+                    .collect();
+                if both.is_empty() {
+                    return Err(CliError::input(anyhow::anyhow!(
+                        "no `--cell` given is selected by the filter `{expr}`"
+                    )));
+                }
+                both
+            }
+        }
+    };
     let inventory = match &args.inventory {
         Some(path) => inventory::load(path).map_err(CliError::input)?,
         None => inventory::detect(),
@@ -190,7 +218,7 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
         inventory,
         resume: args.resume,
         retry_errors: !args.no_retry_errors,
-        cells: args.cells,
+        cells,
         cache_root: absolute(args.cache_dir.unwrap_or_else(default_cache_dir)),
         limits: LogLimits::from_total(args.log_limit),
         grace: args.grace,

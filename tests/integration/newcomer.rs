@@ -505,3 +505,146 @@ fn newcomer_junit_failures_carry_the_root_cause_line_excerpt_and_reproducer() {
         assert!(check.status.success(), "{}", text(&check.stderr));
     }
 }
+
+#[test]
+fn newcomer_filter_selects_cells_by_value_in_run_plan_report_and_bisect() {
+    let sandbox = Sandbox::new();
+    let matrix = job_matrix(
+        &sandbox,
+        &[
+            ("alpha", "pass"),
+            ("beta", "pass"),
+            ("bravo", "pass"),
+            ("gamma", "pass"),
+        ],
+    );
+    let matrix = matrix.to_str().expect("utf-8");
+    // plan: the selected cells only.
+    let plan = gpucompat()
+        .args([
+            "plan",
+            matrix,
+            "--format",
+            "json",
+            "--filter",
+            "case=b* | case=gamma",
+        ])
+        .assert()
+        .success();
+    let plan: serde_json::Value =
+        serde_json::from_slice(&plan.get_output().stdout).expect("plan json");
+    let ids: Vec<&str> = plan["cells"]
+        .as_array()
+        .expect("cells")
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["beta", "bravo", "gamma"]);
+    // run: only those run.
+    let out = sandbox.path().join("out");
+    let out_arg = out.to_str().expect("utf-8");
+    let run = run_here(
+        &sandbox,
+        sandbox.path(),
+        &[
+            matrix,
+            "--out",
+            out_arg,
+            "--filter",
+            "case=b* & !(case=bravo)",
+        ],
+    );
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let results = std::fs::read_to_string(out.join("results.jsonl")).expect("results");
+    let ran: Vec<String> = results
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("record")["id"].to_string())
+        .collect();
+    assert_eq!(ran, ["\"beta\""]);
+    // report: the filter narrows what a report shows.
+    let all = sandbox.path().join("all");
+    let full = run_here(
+        &sandbox,
+        sandbox.path(),
+        &[matrix, "--out", all.to_str().expect("utf-8")],
+    );
+    assert_eq!(full.status.code(), Some(0));
+    let site = sandbox.path().join("site");
+    gpucompat()
+        .arg("report")
+        .arg(&all)
+        .arg("--out")
+        .arg(&site)
+        .args(["--filter", "case!=a*"])
+        .assert()
+        .success();
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(site.join("compat.json")).expect("compat.json"),
+    )
+    .expect("json");
+    let shown = json.to_string();
+    assert!(
+        shown.contains("\"gamma\"") && !shown.contains("\"alpha\""),
+        "{shown}"
+    );
+
+    // A typo in a key: its place, a caret under it, a did-you-mean, exit 2, nothing run.
+    for command in [
+        vec!["plan", matrix],
+        vec!["run", matrix],
+        vec![
+            "bisect", matrix, "--axis", "case", "--good", "alpha", "--bad", "beta",
+        ],
+    ] {
+        let output = gpucompat()
+            .current_dir(sandbox.path())
+            .args(&command)
+            .args(["--filter", "cas=beta"])
+            .output()
+            .expect("run");
+        assert_eq!(output.status.code(), Some(2), "{command:?}");
+        let stderr = text(&output.stderr);
+        assert!(
+            stderr.contains("unknown key `cas`")
+                && stderr.contains("| cas=beta\n   | ^^^\n")
+                && stderr.contains("did you mean `case`?"),
+            "{command:?}: {stderr}"
+        );
+    }
+    let report = gpucompat()
+        .arg("report")
+        .arg(&all)
+        .arg("--out")
+        .arg(sandbox.path().join("site2"))
+        .args(["--filter", "case=beta &"])
+        .output()
+        .expect("report");
+    assert_eq!(report.status.code(), Some(2));
+    assert!(
+        text(&report.stderr).contains("| case=beta &\n   |            ^"),
+        "{}",
+        text(&report.stderr)
+    );
+    // A filter that selects nothing is said, not run as an empty run.
+    let none = run_here(
+        &sandbox,
+        sandbox.path(),
+        &[matrix, "--filter", "case=delta"],
+    );
+    assert_eq!(none.status.code(), Some(2));
+    assert!(text(&none.stderr).contains("selects none of the 4 cells"));
+    assert!(
+        !sandbox.path().join("runs").exists(),
+        "no empty run folder left"
+    );
+    // A bisect needs one cell: a filter that selects several different ones is refused.
+    let bisect = gpucompat()
+        .current_dir(sandbox.path())
+        .args([
+            "bisect", matrix, "--base", "a==1", "--head", "a==2", "--filter", "case=b*",
+        ])
+        .output()
+        .expect("bisect");
+    assert_eq!(bisect.status.code(), Some(2), "{}", text(&bisect.stderr));
+    assert!(text(&bisect.stderr).contains("selects 2 different cells (beta, bravo)"));
+}
