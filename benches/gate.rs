@@ -39,6 +39,7 @@ fn options(dir: &Path) -> RunOptions {
         reaper_exe: None,
         interactive: false,
         quiet: true,
+        slow_after: None,
     }
 }
 

@@ -198,6 +198,7 @@ fn options(dir: &Path, jobs: usize) -> RunOptions {
         grace: Duration::from_secs(1),
         reaper_exe: None,
         interactive: false,
+        slow_after: None,
         quiet: false,
     }
 }

@@ -111,6 +111,7 @@ fn bench() -> Result<(), String> {
         grace: Duration::from_secs(1),
         reaper_exe: None,
         interactive: false,
+        slow_after: None,
         quiet: false,
     };
     let cells = plan.cells.len();

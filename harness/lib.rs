@@ -43,6 +43,7 @@ pub mod engines;
 pub mod env;
 pub mod errors;
 pub mod exec;
+pub mod filter;
 pub mod gate;
 pub mod github;
 mod http;

@@ -12,8 +12,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 const AFTER_HELP: &str = "\
-Version bisect:  gpucompat bisect FILE --axis flashinfer --good 0.6.3 --bad 0.6.11.post1 [--cell ID]
-Attribution:     gpucompat bisect FILE --base base.txt --head head.txt [--cell ID]
+Examples:
+  Version bisect:  gpucompat bisect FILE --axis flashinfer --good 0.6.3 --bad 0.6.11.post1 [--cell ID]
+  Attribution:     gpucompat bisect FILE --base base.txt --head head.txt [--cell ID]
+  Continue one:    gpucompat bisect FILE --axis flashinfer --good 0.6.3 --bad 0.6.11.post1 --resume
 
 Each probe is a real cell run (environment, watchdog, classifier) recorded in the bisect folder
 (results.jsonl, logs/, bisect.json). A probe is good, bad (the target failure) or unknown (an
@@ -50,8 +52,17 @@ pub(crate) struct BisectArgs {
     #[arg(long, value_name = "PINS", requires = "base")]
     head: Option<String>,
     /// The cell whose other values stay fixed [default: the only one that has the axis].
-    #[arg(long, visible_alias = "cell-filter", value_name = "ID")]
+    #[arg(
+        long,
+        visible_alias = "cell-filter",
+        value_name = "ID",
+        conflicts_with = "filter"
+    )]
     cell: Option<String>,
+    /// The cell by its values instead of its id: a filter expression (as for `run --filter`)
+    /// that selects one cell, or, for a version bisect, cells that differ only in the axis.
+    #[arg(long, value_name = "EXPR")]
+    filter: Option<String>,
     /// The failure searched for [default: the bad end's signature].
     #[arg(long, value_name = "NAME")]
     signature: Option<Signature>,
@@ -114,11 +125,15 @@ pub(crate) fn run(args: BisectArgs) -> Result<u8, CliError> {
         Some(path) => inventory::load(path).map_err(CliError::input)?,
         None => inventory::detect(),
     };
+    let cell = match &args.filter {
+        Some(expr) => Some(filtered_cell(&args.file, expr, &mode)?),
+        None => args.cell,
+    };
     let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
     let request = Request {
         matrix: args.file,
         mode,
-        cell: args.cell,
+        cell,
         signature: args.signature,
         retries: args.retries,
         from_index: args.from_index,
@@ -142,6 +157,7 @@ pub(crate) fn run(args: BisectArgs) -> Result<u8, CliError> {
             // A probe that ended in an infrastructure fault decided nothing: run it again.
             retry_errors: true,
             // One `[bisect]` line per probe instead of the run's lines per cell.
+            slow_after: None,
             quiet: true,
         },
     };
@@ -252,4 +268,34 @@ fn summary_text(file: &BisectFile, folder: &std::path::Path) -> String {
         bisect::summary::FILE
     ));
     text
+}
+/// The cell a `--filter` names: the one cell it selects or, for a version bisect, the first of
+/// the cells it selects when they differ only in the bisected axis (any of them fixes the
+/// other values). Several different cells are an error that lists them.
+fn filtered_cell(file: &std::path::Path, expr: &str, mode: &Mode) -> Result<String, CliError> {
+    let plan = super::matrix::load(file)?;
+    let selected = super::filter_cells(&plan, expr)?;
+    let others = |i: usize| -> Vec<(String, String)> {
+        plan.cells[i]
+            .values
+            .iter()
+            .filter(|(k, _)| !matches!(mode, Mode::Version { axis, .. } if axis == *k))
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect()
+    };
+    let first = selected[0];
+    if selected.iter().all(|&i| others(i) == others(first)) {
+        return Ok(plan.cells[first].id.to_string());
+    }
+    let ids: Vec<&str> = selected
+        .iter()
+        .take(5)
+        .map(|&i| plan.cells[i].id.as_str())
+        .collect();
+    Err(CliError::input(anyhow::anyhow!(
+        "the filter `{expr}` selects {} different cells ({}{}); a bisect needs one: narrow the filter",
+        selected.len(),
+        ids.join(", "),
+        if selected.len() > 5 { ", ..." } else { "" }
+    )))
 }

@@ -14,7 +14,17 @@ use std::path::{Path, PathBuf};
 The root cause is the first fatal failure in the log, across interleaved ranks and processes;
 what follows it is secondary. The exit status and the watchdog's verdict decide only when the
 log names no fatal error. `unknown` means nothing fits: an honest unknown beats a wrong name.
-A failure found is not an error of this command: it exits 0 whenever every file was classified.")]
+A failure found is not an error of this command: it exits 0 whenever every file was classified.
+
+Examples:
+  gpucompat classify runs/demo/2026-11-23T19-04-05Z/logs/0.6.3-sm_90.log
+  gpucompat classify --exit-code 139 crash.log
+  journalctl -u vllm | gpucompat classify -
+
+Exit codes:
+  0  every file was classified (whatever it names)
+  2  bad input (a file that does not exist or is a folder, a bad --signal or --matrix)
+  3  the harness itself failed")]
 pub(crate) struct ClassifyArgs {
     /// Log files, classified in order (`-` reads standard input).
     #[arg(required = true, value_name = "FILE")]

@@ -21,7 +21,20 @@ enum CompareFormat {
     Md,
 }
 
+const AFTER_HELP: &str = "\
+Examples:
+  gpucompat compare runs/2026-11-20 runs/2026-11-21
+  gpucompat compare runs/main runs/pr-1234 --format md >> \"$GITHUB_STEP_SUMMARY\"
+  gpucompat compare runs/2026-11-20 runs/2026-11-21 --format json | jq '.cells[]'
+
+Exit codes:
+  0  no regression (cells fixed, still failing, flaky or spurious are not regressions)
+  1  at least one cell regressed (passed in BASE, fails in HEAD)
+  2  bad input (a folder that is not a run folder, or cannot be read)
+  3  the harness itself failed";
+
 #[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
 pub(crate) struct CompareArgs {
     /// Baseline run folder.
     base: PathBuf,

@@ -203,6 +203,7 @@ pub(crate) fn run(args: GateArgs) -> Result<u8, CliError> {
             // A resumed gate runs again the cells whose last try was an infrastructure fault.
             retry_errors: true,
             quiet: false,
+            slow_after: Some(Duration::from_secs(60)),
         },
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -122,6 +122,30 @@ fn init_tracing() {
         .try_init();
 }
 
+/// The `--filter EXPR` option, one definition for every command that selects cells.
+pub(crate) const FILTER_HELP: &str = "Only the cells whose values match EXPR: `KEY=VALUE` (`*` matches \
+any run of characters), `KEY!=VALUE`, joined with `&` (and), `|` (or), `!` (not) and parentheses, \
+e.g. 'flashinfer=0.6.8.post1 & gpu=sm_90*'";
+
+/// The cells of `plan` a `--filter EXPR` selects, as indices in plan order. A parse error or an unknown key
+/// is shown with a caret under it (exit 2); a filter that selects no cell is an error too (it is
+/// almost always a typo in a value).
+pub(crate) fn filter_cells(plan: &crate::matrix::Plan, expr: &str) -> Result<Vec<usize>, CliError> {
+    let filter = crate::filter::Filter::parse(expr, &plan.keys)
+        .map_err(|err| CliError::rendered(exit::BAD_INPUT, err.render()))?;
+    let selected: Vec<usize> = (0..plan.cells.len())
+        .filter(|&i| filter.matches(&plan.cells[i].values))
+        .collect();
+    if selected.is_empty() {
+        return Err(CliError::input(anyhow::anyhow!(
+            "the filter `{expr}` selects none of the {} cells of {} (see their values with `gpucompat matrix expand`)",
+            plan.cells.len(),
+            plan.path.display()
+        )));
+    }
+    Ok(selected)
+}
+
 /// Writes to stdout; a closed pipe (`gpucompat ... | head`) is not an error.
 pub(crate) fn print_stdout(text: &str) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();

@@ -46,6 +46,8 @@ pub(crate) struct PlanArgs {
     /// Matrix file.
     #[arg(value_name = "FILE")]
     file: PathBuf,
+    #[arg(long, value_name = "EXPR", help = super::FILTER_HELP)]
+    filter: Option<String>,
     /// `table`: cells, GPU needs, pins, engine; `github`: `{"include": [...]}` for a GitHub Actions
     /// `strategy.matrix`, each entry with `runs-on` labels and the cell id; `json`: the whole plan.
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -77,7 +79,15 @@ pub(crate) enum Format {
 }
 
 pub(crate) fn run(args: PlanArgs) -> Result<u8, CliError> {
-    let plan = super::matrix::load_for_inspection(&args.file)?;
+    let mut plan = super::matrix::load_for_inspection(&args.file)?;
+    if let Some(expr) = &args.filter {
+        let selected = super::filter_cells(&plan, expr)?;
+        let mut index = 0;
+        plan.cells.retain(|_| {
+            index += 1;
+            selected.binary_search(&(index - 1)).is_ok()
+        });
+    }
     if let Some(durations) = &args.simulate {
         let text = super::simulate::run(
             &plan,

@@ -20,7 +20,14 @@ probes)` or `not converged: <why>`, and the cell's page lists the probes with th
 Examples:
   gpucompat report runs/2026-11-20 runs/2026-11-21 --out site
   gpucompat report runs/2026-11-21 bisects/ --out site
-  gpucompat report runs/2026-11-21 --bisect bisects/0.6.11-sm_90-flashinfer-0.6.3-0.6.11 --out site";
+  gpucompat report runs/2026-11-21 --bisect bisects/0.6.11-sm_90-flashinfer-0.6.3-0.6.11 --out site
+  gpucompat report runs/demo/* --out site
+
+Exit codes:
+  0  the report was written (failing cells are data, not an error of this command)
+  2  bad input (no run folder given or readable, a corrupt results.jsonl with --strict, an
+     unknown --rows/--cols axis, an --out that holds other files)
+  3  the harness itself failed (the report folder cannot be written)";
 
 #[derive(Debug, Args)]
 #[command(after_help = AFTER_HELP)]
@@ -48,10 +55,15 @@ pub(crate) struct ReportArgs {
     /// warning naming the file and line, and every other record is kept.
     #[arg(long)]
     strict: bool,
+    #[arg(long, value_name = "EXPR", help = super::FILTER_HELP)]
+    filter: Option<String>,
 }
 
 /// A report error as the CLI says it: bad input (exit 2) or a harness fault (exit 3).
 pub(super) fn report_error(err: ReportError) -> CliError {
+    if let ReportError::Filter(filter) = &err {
+        return CliError::rendered(crate::errors::exit::BAD_INPUT, filter.render());
+    }
     if err.is_input() {
         CliError::input(err)
     } else {
@@ -66,6 +78,7 @@ pub(crate) fn run(args: ReportArgs) -> Result<u8, CliError> {
         title: args.title,
         bisects: args.bisects,
         strict: args.strict,
+        filter: args.filter,
     };
     let summary = report::render(&args.runs, &args.out, &options).map_err(report_error)?;
     {

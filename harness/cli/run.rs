@@ -11,14 +11,38 @@ use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
 
+const AFTER_HELP: &str = "\
+Examples:
+  gpucompat run matrices/demo.toml
+  gpucompat run matrices/nightly.toml --out runs/2026-11-21 -j 4
+  gpucompat run matrices/nightly.toml --out runs/2026-11-21 --resume
+  gpucompat run matrices/nightly.toml --out runs/try --force --cell 0.6.3-sm_90
+
+Without `--out`, every run gets a new folder, runs/<matrix name>/<UTC time>; the last lines of
+the run name it and its report (index.html).
+
+Exit codes:
+  0    every cell ran and nothing unexpected happened (fail with an expectation is xfail)
+  1    a cell failed unexpectedly, passed unexpectedly (xpass) or hit an infrastructure error
+  2    bad input (matrix file, arguments, inventory, an `--out` that is not a run folder)
+  3    the harness itself failed (a run folder it cannot write)
+  4    every cell was skipped (no matching GPU), so nothing was tested
+  130  interrupted; finished cells are kept, `--out DIR --resume` finishes the run";
+
 #[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
 pub(crate) struct RunArgs {
     /// Matrix file.
     #[arg(value_name = "FILE")]
     file: PathBuf,
-    /// Run folder to write: results.jsonl, logs/, plan.json, manifest.json (created if missing).
+    /// Run folder to write: results.jsonl, logs/, plan.json, manifest.json (created if missing)
+    /// [default: a new folder per run, `runs/<matrix name>/<UTC time>`].
     #[arg(long, value_name = "DIR")]
-    out: PathBuf,
+    out: Option<PathBuf>,
+    /// Replace the run in `--out`: its records, logs and report are deleted first. Only a
+    /// gpucompat run folder is replaced; a folder holding other files is still refused.
+    #[arg(long, requires = "out", conflicts_with = "resume")]
+    force: bool,
     /// Cells to run at a time [default: one per GPU, or one per CPU when no cell needs a GPU].
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     jobs: Option<usize>,
@@ -28,7 +52,7 @@ pub(crate) struct RunArgs {
     inventory: Option<PathBuf>,
     /// Finish an interrupted run in `--out`: cells with a record are not run again, except skipped
     /// cells and cells that ended in an infrastructure (spurious) error, which run again.
-    #[arg(long)]
+    #[arg(long, requires = "out")]
     resume: bool,
     /// With `--resume`, keep the records of cells that ended in an infrastructure (spurious) error
     /// instead of running them again.
@@ -37,6 +61,8 @@ pub(crate) struct RunArgs {
     /// Run only this cell (repeatable); ids as `gpucompat matrix expand` prints them.
     #[arg(long = "cell", value_name = "ID")]
     cells: Vec<String>,
+    #[arg(long, value_name = "EXPR", help = super::FILTER_HELP)]
+    filter: Option<String>,
     /// Where shared JIT caches live [default: $GPUCOMPAT_CACHE_DIR, else ~/.cache/gpucompat].
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -44,9 +70,49 @@ pub(crate) struct RunArgs {
     /// (e.g. `64MiB`, `500KB`).
     #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
     log_limit: u64,
+    /// Say `SLOW` for a cell each time it has run this much longer, with its phase and what the
+    /// watchdog sees (`0s`: never).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    slow_after: Duration,
     /// Time between SIGTERM and SIGKILL when a cell is torn down.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     grace: Duration,
+}
+
+/// Where runs go when no `--out` is given: `runs/<matrix name>/<UTC time>`, relative to the
+/// current folder, so that running the same command again adds to the history.
+const RUNS: &str = "runs";
+
+/// The matrix's `name`, else its file stem, as one folder name.
+fn folder_name(plan: &crate::matrix::Plan) -> String {
+    let name = plan.name.clone().unwrap_or_else(|| {
+        plan.path
+            .file_stem()
+            .map_or_else(|| "run".to_owned(), |s| s.to_string_lossy().into_owned())
+    });
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if safe.trim_matches('.').is_empty() {
+        "run".to_owned()
+    } else {
+        safe
+    }
+}
+
+fn folder_error(err: run::folder::FolderError) -> CliError {
+    if err.is_input() {
+        CliError::input(err)
+    } else {
+        CliError::harness(err)
+    }
 }
 
 /// `64MiB`, `500KB`, `1G`, `4096`: a size in bytes.
@@ -99,6 +165,32 @@ pub(super) fn default_cache_dir() -> PathBuf {
 
 pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
     let plan = super::matrix::load(&args.file)?;
+    let cells = match &args.filter {
+        None => args.cells,
+        Some(expr) => {
+            let selected: Vec<String> = super::filter_cells(&plan, expr)?
+                .into_iter()
+                .map(|i| plan.cells[i].id.to_string())
+                .collect();
+            if args.cells.is_empty() {
+                selected
+            } else {
+                // Both: the `--cell`s the filter selects (an unknown id still gets its error).
+                let known = |id: &String| plan.cells.iter().any(|c| c.id.as_str() == id);
+                let both: Vec<String> = args
+                    .cells
+                    .into_iter()
+                    .filter(|id| selected.contains(id) || !known(id))
+                    .collect();
+                if both.is_empty() {
+                    return Err(CliError::input(anyhow::anyhow!(
+                        "no `--cell` given is selected by the filter `{expr}`"
+                    )));
+                }
+                both
+            }
+        }
+    };
     let inventory = match &args.inventory {
         Some(path) => inventory::load(path).map_err(CliError::input)?,
         None => inventory::detect(),
@@ -106,26 +198,49 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
     // Cells run in the matrix file's folder: every path handed to them (JIT caches, environments)
     // must not depend on where the harness was started.
     let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
+    let (out, created) = match args.out {
+        Some(out) => {
+            if args.force {
+                run::folder::clear(&out).map_err(folder_error)?;
+            }
+            (out, false)
+        }
+        None => {
+            let parent = PathBuf::from(RUNS).join(folder_name(&plan));
+            let out = run::folder::create_timestamped(&parent, std::time::SystemTime::now())
+                .map_err(folder_error)?;
+            (out, true)
+        }
+    };
     let options = RunOptions {
-        out: absolute(args.out),
+        out: absolute(out.clone()),
         jobs: args.jobs,
         inventory,
         resume: args.resume,
         retry_errors: !args.no_retry_errors,
-        cells: args.cells,
+        cells,
         cache_root: absolute(args.cache_dir.unwrap_or_else(default_cache_dir)),
         limits: LogLimits::from_total(args.log_limit),
         grace: args.grace,
         reaper_exe: std::env::current_exe().ok(),
         interactive: Reporter::stderr_is_interactive(),
+        slow_after: Some(args.slow_after),
         quiet: false,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(CliError::harness)?;
+    let clock = std::time::Instant::now();
     let summary = runtime
         .block_on(run::execute(plan, options))
+        .inspect_err(|_| {
+            // A new folder that the run never got to use is not left behind as an empty run
+            // (`remove_dir` removes only an empty folder).
+            if created {
+                let _ = std::fs::remove_dir(&out);
+            }
+        })
         .map_err(|err| {
             if err.is_input() {
                 CliError::input(err)
@@ -135,21 +250,17 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
         })?;
     // Cells may still be tearing down their last output streams; do not wait for them.
     runtime.shutdown_timeout(Duration::from_secs(1));
-    let mut text = summary_text(&summary);
     // The run folder carries its own report (compat.md, index.html, ...). A report that cannot be
     // written is worth a warning, never the loss of the run's verdict.
     let folder = summary.folder.clone();
-    match report::render(
+    let report = report::render(
         std::slice::from_ref(&folder),
         &folder,
         &ReportOptions::default(),
-    ) {
-        Ok(_) => text.push_str(&format!(
-            "report: {}\n",
-            folder.join("index.html").display()
-        )),
-        Err(err) => text.push_str(&format!("warning: no report written: {err}\n")),
-    }
+    )
+    .map(|_| out.join("index.html"))
+    .map_err(|err| err.to_string());
+    let text = summary_text(&summary, &out, report, clock.elapsed());
     super::print_stdout(&text)?;
     Ok(exit_code(&summary))
 }
@@ -171,63 +282,111 @@ fn exit_code(summary: &RunSummary) -> u8 {
     if bad { exit::FAILURES } else { exit::SUCCESS }
 }
 
-fn summary_text(summary: &RunSummary) -> String {
-    let mut counts: Vec<(Status, usize)> = Vec::new();
-    for record in &summary.records {
-        match counts.iter_mut().find(|(s, _)| *s == record.status) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((record.status, 1)),
-        }
-    }
-    counts.sort();
-    let mut text = format!(
-        "\n{} cells with results: {}\n",
-        summary.records.len(),
-        counts
+/// The statuses in the order the summary says them: what needs a person first (unexpected
+/// failures and passes, infrastructure errors), then flaky cells, then what went as expected.
+const SUMMARY_ORDER: [Status; 7] = [
+    Status::Fail,
+    Status::Xpass,
+    Status::Error,
+    Status::Flaky,
+    Status::Pass,
+    Status::Xfail,
+    Status::Skip,
+];
+
+/// Statuses listed cell by cell; the others are collapsed to a count.
+fn listed(status: Status) -> bool {
+    matches!(
+        status,
+        Status::Fail | Status::Xpass | Status::Error | Status::Flaky
+    )
+}
+
+/// The end of a run, as nextest ends: the cells that need a person (unexpected ones first), the
+/// expected ones as counts, where the run folder and its report are, and a last line with the
+/// elapsed time and every count. `shown`: the run folder as the user gave it (or as it was named
+/// for them); `report`: the written report's index, or why it was not written.
+fn summary_text(
+    summary: &RunSummary,
+    shown: &std::path::Path,
+    report: Result<PathBuf, String>,
+    elapsed: Duration,
+) -> String {
+    let count = |status: Status| {
+        summary
+            .records
             .iter()
-            .map(|(s, n)| format!("{n} {s}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let notable: Vec<Vec<String>> = summary
-        .records
+            .filter(|r| r.status == status)
+            .count()
+    };
+    let counts: Vec<String> = SUMMARY_ORDER
         .iter()
-        .filter(|r| !matches!(r.status, Status::Pass))
-        .map(|r| {
-            vec![
-                r.status.as_str().to_owned(),
+        .map(|&s| (s, count(s)))
+        .filter(|&(_, n)| n > 0)
+        .map(|(s, n)| format!("{n} {s}"))
+        .collect();
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for status in SUMMARY_ORDER.into_iter().filter(|&s| listed(s)) {
+        for r in summary.records.iter().filter(|r| r.status == status) {
+            rows.push(vec![
+                r.status.as_str().to_ascii_uppercase(),
                 r.id.clone(),
                 r.signature.map_or("-", |s| s.as_str()).to_owned(),
                 r.phase.map_or("-", |p| p.as_str()).to_owned(),
                 match r.status {
-                    Status::Skip | Status::Xpass | Status::Flaky | Status::Error => {
+                    Status::Xpass | Status::Flaky | Status::Error => {
                         r.reason.clone().unwrap_or_default()
                     }
                     _ => r.log.clone(),
                 },
-            ]
-        })
-        .collect();
-    if !notable.is_empty() {
-        text.push('\n');
+            ]);
+        }
+    }
+    let mut text = String::from("\n");
+    if !rows.is_empty() {
         text.push_str(&super::table::render(
             &["status", "cell", "signature", "phase", "log / reason"],
-            &notable,
+            &rows,
+        ));
+        text.push('\n');
+    }
+    let expected: Vec<String> = SUMMARY_ORDER
+        .iter()
+        .filter(|&&s| !listed(s))
+        .map(|&s| (s, count(s)))
+        .filter(|&(_, n)| n > 0)
+        .map(|(s, n)| format!("{n} {s}"))
+        .collect();
+    if !expected.is_empty() {
+        text.push_str(&format!(
+            "as expected: {} (every cell is in the report)\n",
+            expected.join(", ")
         ));
     }
     if let Some(torn_down) = summary.interrupted {
         text.push_str(&format!(
-            "\ninterrupted: {} cell(s) kept in {}; {torn_down} not finished; finish with `gpucompat run ... --out {} --resume`\n",
+            "interrupted: {} cell(s) kept in {}; {torn_down} not finished; finish with `gpucompat run ... --out {} --resume`\n",
             summary.records.len(),
-            summary.folder.join(run::folder::RESULTS).display(),
-            summary.folder.display()
-        ));
-    } else {
-        text.push_str(&format!(
-            "\nresults: {}\n",
-            summary.folder.join(run::folder::RESULTS).display()
+            shown.join(run::folder::RESULTS).display(),
+            shown.display()
         ));
     }
+    text.push_str(&format!("run folder: {}\n", shown.display()));
+    match report {
+        Ok(index) => text.push_str(&format!("report: {}\n", index.display())),
+        Err(err) => text.push_str(&format!("warning: no report written: {err}\n")),
+    }
+    text.push_str(&format!(
+        "{:>8} [{:>7.1}s] {} cells: {}\n",
+        "Summary",
+        elapsed.as_secs_f64(),
+        summary.records.len(),
+        if counts.is_empty() {
+            "none finished".to_owned()
+        } else {
+            counts.join(", ")
+        }
+    ));
     text
 }
 

@@ -37,6 +37,9 @@ pub struct ReportOptions {
     pub bisects: Vec<PathBuf>,
     /// A line of `results.jsonl` that is not a record is an error, not a warning.
     pub strict: bool,
+    /// Only the cells whose values this filter expression selects (`crate::filter`), in every
+    /// run, so that tables, history and changes speak of the same cells.
+    pub filter: Option<String>,
 }
 /// The label shown for a record's status: its signature for a failure.
 fn label(record: &CellRecord) -> String {

@@ -54,6 +54,8 @@ pub enum ReportError {
     },
     #[error("cannot draw `{path}`: {message}")]
     Plot { path: String, message: String },
+    #[error("{}", .0.message)]
+    Filter(crate::filter::FilterError),
 }
 
 impl ReportError {
@@ -68,7 +70,8 @@ impl ReportError {
             | ReportError::SameAxis(_)
             | ReportError::OutIsAnotherRun(_)
             | ReportError::NotABisectFolder(_)
-            | ReportError::OnlyBisects => true,
+            | ReportError::OnlyBisects
+            | ReportError::Filter(_) => true,
             ReportError::Bisect { source, .. } => {
                 matches!(source, crate::bisect::summary::ReadError::Json { .. })
             }

@@ -3,10 +3,14 @@
 //! | status        | JUnit                                   |
 //! |---------------|-----------------------------------------|
 //! | pass, flaky   | passed (flaky says so in `system-out`)  |
-//! | fail          | `<failure type="SIGNATURE">` + excerpt  |
+//! | fail          | `<failure type="SIGNATURE" message="ROOT-CAUSE LINE">` + excerpt + reproducer |
 //! | xpass         | `<failure type="xpass">`: the expectation is stale |
 //! | xfail, skip   | `<skipped>` with the reason / upstream link |
-//! | error         | `<error>`: infrastructure, not the cell  |
+//! | error         | `<error>`: infrastructure, not the cell (excerpt + reproducer) |
+//!
+//! A CI reporter shows a failure's `message` as its one-line headline and its text when opened,
+//! so the message is the log's root-cause line (what a person reads first), and the text is the
+//! excerpt around it and the commands that reproduce the cell.
 //!
 //! One test suite per table (model, engine); the class name is the table's title.
 
@@ -50,6 +54,44 @@ fn excerpt_text(cell: &CellEntry) -> String {
         .unwrap_or_default()
 }
 
+/// Longest root-cause line kept in a `message` attribute (reporters show it on one line).
+const MESSAGE_CHARS: usize = 300;
+
+/// The failure's headline: the log's root-cause line, else `failed: SIGNATURE`.
+fn root_message(cell: &CellEntry, what: &str) -> String {
+    let root = cell
+        .excerpt
+        .as_ref()
+        .and_then(|e| e.lines.iter().find(|l| l.root))
+        .map(|l| l.text.trim())
+        .filter(|t| !t.is_empty());
+    match root {
+        Some(line) if line.chars().count() > MESSAGE_CHARS => {
+            let cut: String = line.chars().take(MESSAGE_CHARS).collect();
+            format!("{cut}…")
+        }
+        Some(line) => line.to_owned(),
+        None => format!("failed: {}", if what.is_empty() { "fail" } else { what }),
+    }
+}
+
+/// The failure's text: the excerpt (root-cause line marked `>`) and the reproducer.
+fn failure_text(cell: &CellEntry) -> String {
+    let mut text = String::new();
+    let excerpt = excerpt_text(cell);
+    if !excerpt.is_empty() {
+        let _ = write!(
+            text,
+            "{} in {}\n{excerpt}\n\n",
+            cell.signature.map_or("unknown", |s| s.as_str()),
+            cell.phase.map_or("-", |p| p.as_str())
+        );
+    }
+    text.push_str("Reproduce:\n");
+    text.push_str(&cell.reproducer.script);
+    text
+}
+
 fn case(xml: &mut String, cell: &CellEntry, class: &str) {
     let _ = write!(
         xml,
@@ -64,12 +106,9 @@ fn case(xml: &mut String, cell: &CellEntry, class: &str) {
         Status::Flaky => None,
         Status::Fail => Some(format!(
             "      <failure message=\"{}\" type=\"{}\">{}</failure>\n",
-            escape(&format!(
-                "failed: {}",
-                if what.is_empty() { "fail" } else { what }
-            )),
+            escape(&root_message(cell, what)),
             escape(if what.is_empty() { "fail" } else { what }),
-            escape(&excerpt_text(cell))
+            escape(&failure_text(cell))
         )),
         Status::Xpass => Some(format!(
             "      <failure message=\"{}\" type=\"xpass\"/>\n",
@@ -94,7 +133,7 @@ fn case(xml: &mut String, cell: &CellEntry, class: &str) {
             "      <error message=\"{}\" type=\"{}\">{}</error>\n",
             escape(cell.note.as_deref().unwrap_or("infrastructure fault")),
             escape(if what.is_empty() { "error" } else { what }),
-            escape(&excerpt_text(cell))
+            escape(&failure_text(cell))
         )),
     };
     let mut out = String::new();

@@ -182,6 +182,18 @@ fn cut(text: &str, max_chars: usize) -> String {
     }
 }
 
+/// `text` on one line, at most `max_chars`, keeping its end: `…ls-h100/0.6.3-native-core-4`.
+fn cut_front(text: &str, max_chars: usize) -> String {
+    let text = one_line(text);
+    let count = text.chars().count();
+    if count <= max_chars {
+        text
+    } else {
+        let tail: String = text.chars().skip(count + 1 - max_chars).collect();
+        format!("…{tail}")
+    }
+}
+
 fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
@@ -205,7 +217,9 @@ fn heatmap(title: &str, ctx: &ReportContext, index: usize) -> Result<String, Str
     const FONT: u32 = 12;
     const ROW: u32 = 24;
     let cols: Vec<String> = table.columns.iter().map(|c| cut(c, 24)).collect();
-    let rows: Vec<String> = table.rows.iter().map(|r| cut(&r.label, 28)).collect();
+    // Row labels are kept whole up to a long cell id (`RUN/CELL` of a replay): the label column
+    // grows to fit them, since a cut label names no cell.
+    let rows: Vec<String> = table.rows.iter().map(|r| cut(&r.label, 64)).collect();
     let label_w = rows
         .iter()
         .map(|r| width(r, FONT))
@@ -317,7 +331,24 @@ fn bar_chart(
     let top = if max > 0.0 { max * headroom } else { 1.0 };
     let n = groups.len().max(1);
     let w = (160 + n as u32 * (40 + 28 * series.len() as u32)).clamp(480, 1600);
-    let h = 380;
+    // Group labels that do not fit side by side stand upright, under their bars, in a label
+    // area as tall as the longest one; a long one keeps its end, where ids differ.
+    const LABEL: u32 = 12;
+    let slot = (w - 64 - 24) / n as u32;
+    let side_by_side = groups
+        .iter()
+        .map(|g| width(&cut(g, 28), LABEL))
+        .max()
+        .unwrap_or(0);
+    let upright = side_by_side + 8 > slot;
+    let longest = groups
+        .iter()
+        .map(|g| width(&cut_front(g, 40), LABEL))
+        .max()
+        .unwrap_or(0);
+    // `width` errs wide (it must never let side-by-side labels touch); upright, a closer guess.
+    let label_area = if upright { longest * 5 / 6 + 20 } else { 48 };
+    let h = 332 + label_area;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
@@ -325,7 +356,7 @@ fn bar_chart(
         let mut chart = ChartBuilder::on(&root)
             .caption(cut(title, 100), ("sans-serif", 15))
             .margin(12)
-            .x_label_area_size(48)
+            .x_label_area_size(label_area)
             .y_label_area_size(64)
             .build_cartesian_2d(0f64..n as f64, 0f64..top)
             .map_err(err)?;
@@ -378,13 +409,26 @@ fn bar_chart(
             .map_err(err)?;
         for (g, name) in groups.iter().enumerate() {
             let (x, y) = chart.backend_coord(&(g as f64 + 0.5, 0.0));
-            root.draw(&Text::new(
-                cut(name, 28),
-                (x, y + 8),
-                TextStyle::from(("sans-serif", 12).into_font())
-                    .pos(Pos::new(HPos::Center, VPos::Top)),
-            ))
-            .map_err(err)?;
+            let label = if upright {
+                Text::new(
+                    cut_front(name, 40),
+                    (x, y + 6),
+                    TextStyle::from(
+                        ("sans-serif", LABEL)
+                            .into_font()
+                            .transform(FontTransform::Rotate270),
+                    )
+                    .pos(Pos::new(HPos::Right, VPos::Center)),
+                )
+            } else {
+                Text::new(
+                    cut(name, 28),
+                    (x, y + 8),
+                    TextStyle::from(("sans-serif", LABEL).into_font())
+                        .pos(Pos::new(HPos::Center, VPos::Top)),
+                )
+            };
+            root.draw(&label).map_err(err)?;
         }
         root.present().map_err(err)?;
     }
@@ -417,4 +461,64 @@ pub(crate) fn legend_text() -> String {
         .map(|s| format!("{} {}", text::symbol(*s), text::word(*s)))
         .collect::<Vec<_>>()
         .join(" · ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The texts of an SVG's `<text>` elements, with whether each is rotated.
+    fn texts(svg: &str) -> Vec<(String, bool)> {
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|t| {
+                let (attrs, rest) = t.split_once('>')?;
+                let body = rest.split("</text>").next()?;
+                Some((body.trim().to_owned(), attrs.contains("rotate")))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn crowded_bar_labels_stand_upright_and_keep_the_end_that_differs() {
+        let groups: Vec<String> = (0..58)
+            .map(|i| format!("flashinfer-kernels-h100/0.6.11.post1-native-core-{i}"))
+            .collect();
+        let series = [BarSeries {
+            name: "all".to_owned(),
+            values: (0..58).map(|i| Some(f64::from(i))).collect(),
+        }];
+        let svg = bar_chart("JIT", "recorded", "seconds", &groups, &series).expect("draw");
+        let labels: Vec<(String, bool)> = texts(&svg)
+            .into_iter()
+            .filter(|(t, _)| t.contains("native-core-"))
+            .collect();
+        assert_eq!(labels.len(), 58);
+        assert!(
+            labels.iter().all(|(_, rotated)| *rotated),
+            "upright when crowded"
+        );
+        for (i, (label, _)) in labels.iter().enumerate() {
+            assert!(label.ends_with(&format!("native-core-{i}")), "{label}");
+        }
+        // A few short labels still sit side by side, level.
+        let few = ["0.6.3".to_owned(), "0.6.11".to_owned()];
+        let series = [BarSeries {
+            name: "all".to_owned(),
+            values: vec![Some(1.0), Some(2.0)],
+        }];
+        let svg = bar_chart("JIT", "flashinfer", "seconds", &few, &series).expect("draw");
+        assert!(
+            texts(&svg)
+                .iter()
+                .filter(|(t, _)| t.starts_with("0.6."))
+                .all(|(_, rotated)| !rotated)
+        );
+    }
+
+    #[test]
+    fn cut_front_keeps_the_end() {
+        assert_eq!(cut_front("abcdef", 4), "…def");
+        assert_eq!(cut_front("abc", 4), "abc");
+    }
 }

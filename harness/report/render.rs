@@ -19,6 +19,7 @@ use super::load::{LoadedRun, load_runs};
 use super::text::visible;
 use super::view::{Counts, ReportContext};
 use super::{csv, html, json, junit, logs, markdown, plots};
+use crate::record::CellRecord;
 use crate::run::folder::{MANIFEST, RESULTS};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -54,7 +55,8 @@ pub fn render(
     options: &ReportOptions,
 ) -> Result<ReportSummary, ReportError> {
     let (runs, bisect_dirs) = bisects::split(runs, &options.bisects)?;
-    let loaded = load_runs(&runs, options.strict)?;
+    let mut loaded = load_runs(&runs, options.strict)?;
+    filter_records(&mut loaded, options.filter.as_deref())?;
     let bisects = bisects::load(&bisect_dirs)?;
     render_loaded(&loaded, &bisects, out, options)
 }
@@ -66,9 +68,41 @@ pub fn build_context(
     options: &ReportOptions,
 ) -> Result<ReportContext, ReportError> {
     let (runs, bisect_dirs) = bisects::split(runs, &options.bisects)?;
-    let loaded = load_runs(&runs, options.strict)?;
+    let mut loaded = load_runs(&runs, options.strict)?;
+    filter_records(&mut loaded, options.filter.as_deref())?;
     let bisects = bisects::load(&bisect_dirs)?;
     context::build(&loaded, &bisects, out, options)
+}
+
+/// Keeps the records a `--filter` selects in every run; its keys are checked against the keys
+/// the runs' cells have.
+fn filter_records(loaded: &mut [LoadedRun], expr: Option<&str>) -> Result<(), ReportError> {
+    let Some(expr) = expr else {
+        return Ok(());
+    };
+    let mut keys: Vec<String> = Vec::new();
+    for key in loaded
+        .iter()
+        .flat_map(|run| run.records.iter().flat_map(|r| r.values.keys()))
+    {
+        if !keys.contains(key) {
+            keys.push(key.clone());
+        }
+    }
+    let filter = crate::filter::Filter::parse(expr, &keys).map_err(ReportError::Filter)?;
+    for run in loaded.iter_mut() {
+        let (kept, dropped): (Vec<CellRecord>, Vec<CellRecord>) = std::mem::take(&mut run.records)
+            .into_iter()
+            .partition(|r| filter.matches(&r.values));
+        run.records = kept;
+        // A cell the filter leaves out is not "not run" either.
+        if let Some(plan) = run.plan.as_mut() {
+            for record in &dropped {
+                plan.cells.shift_remove(&record.id);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn write(out: &Path, name: &str, bytes: &[u8]) -> Result<(), ReportError> {

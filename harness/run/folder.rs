@@ -269,6 +269,71 @@ fn refuse_foreign_folder(root: &Path) -> Result<(), FolderError> {
     })
 }
 
+/// Empties an existing run folder so that a new run can start in it (`gpucompat run --force`).
+/// Only a gpucompat run folder is emptied, while holding its lock (a run writing it is refused):
+/// a folder holding anything else is refused as a new run would refuse it. A missing folder is
+/// fine (nothing to replace).
+pub fn clear(root: &Path) -> Result<(), FolderError> {
+    let shown = root.display().to_string();
+    if !root.exists() {
+        return Ok(());
+    }
+    if !root.is_dir() {
+        return Err(FolderError::NotADirectory(shown));
+    }
+    refuse_foreign_folder(root)?;
+    let lock_path = root.join(".lock");
+    let lock_file = File::create(&lock_path).map_err(io_err(&lock_path))?;
+    let _lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock)
+        .map_err(|_| FolderError::Locked(shown))?;
+    for entry in fs::read_dir(root).map_err(io_err(root))? {
+        let entry = entry.map_err(io_err(root))?;
+        if entry.file_name() == ".lock" {
+            continue;
+        }
+        let path = entry.path();
+        // `file_type` does not follow links: a link is removed, never what it points to.
+        let removed = if entry.file_type().map_err(io_err(&path))?.is_dir() {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
+        removed.map_err(io_err(&path))?;
+    }
+    Ok(())
+}
+
+/// Creates a new run folder under `parent` named for the time `now` (UTC, to the second, with `-`
+/// for `:` so that every file system takes it: `2026-11-23T19-04-05Z`); a run that starts in the
+/// same second as another gets a suffix (`...Z-2`). Returns the created folder.
+pub fn create_timestamped(
+    parent: &Path,
+    now: std::time::SystemTime,
+) -> Result<PathBuf, FolderError> {
+    fs::create_dir_all(parent).map_err(io_err(parent))?;
+    let stamp = humantime::format_rfc3339_seconds(now)
+        .to_string()
+        .replace(':', "-");
+    for n in 1u32..=1000 {
+        let name = if n == 1 {
+            stamp.clone()
+        } else {
+            format!("{stamp}-{n}")
+        };
+        let path = parent.join(name);
+        // `create_dir` (not `_all`) fails when the folder exists: two runs never share one.
+        match fs::create_dir(&path) {
+            Ok(()) => return Ok(path),
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(source) => return Err(io_err(&path)(source)),
+        }
+    }
+    Err(io_err(parent)(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!("1000 runs already started at {stamp}"),
+    )))
+}
+
 /// Where the log of a cell attempt lives, relative to the run folder.
 pub fn log_relative(cell: &str, attempt: u32) -> String {
     if attempt <= 1 {

@@ -54,6 +54,8 @@ pub struct RunOptions {
     pub reaper_exe: Option<PathBuf>,
     /// Draw a live bar instead of plain lines.
     pub interactive: bool,
+    /// A SLOW line for a cell each time it has run this much longer (`None`: never).
+    pub slow_after: Option<Duration>,
     /// No line per cell and no intro line (`false` for `gpucompat run`): a caller that reports
     /// each cell itself, such as `gpucompat bisect`. Faults and interruptions are still said.
     pub quiet: bool,
@@ -252,7 +254,14 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
     let limit = job_limit(&options, needs_gpus);
     let run_token = run_token(&options.inventory.host);
     let reaper = start_reaper(&options, &run_token)?;
-    let reporter = Reporter::new(to_run.len(), 0, options.interactive, options.quiet);
+    let reporter = Reporter::new(
+        to_run.len(),
+        0,
+        options.interactive,
+        options.quiet,
+        options.slow_after,
+        limit,
+    );
     for bad in &previous.bad_lines {
         reporter.line(&format!("warning: {bad}"));
     }
@@ -277,6 +286,7 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
         host: options.inventory.host.clone(),
         http,
         plan,
+        board: progress::Board::default(),
     });
     let mut dispatch = Dispatch {
         shared,
@@ -464,6 +474,8 @@ impl Dispatch {
             tasks: JoinSet::new(),
             cells: HashMap::new(),
         };
+        let mut ticker = tokio::time::interval(progress::TICK);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             if self.interrupted.is_none() && self.fault.is_none() {
                 self.start_cells(&mut running, &cancel_rx);
@@ -478,6 +490,7 @@ impl Dispatch {
                 }
             };
             tokio::select! {
+                _ = ticker.tick() => self.reporter.tick(&self.shared.board),
                 Some(joined) = running.tasks.join_next_with_id() => {
                     if !self.ended(joined, &mut running) {
                         let _ = cancel_tx.send(true);
@@ -514,8 +527,9 @@ impl Dispatch {
                 .iter()
                 .map(|&s| self.scheduler.gpu(s).clone())
                 .collect();
-            self.reporter
-                .started(self.shared.plan.cells[index].id.as_str(), &gpus);
+            let id = self.shared.plan.cells[index].id.as_str();
+            self.reporter.started(id, &gpus);
+            self.shared.board.enter(id);
             let handle = running.tasks.spawn(cell::run_cell(
                 Arc::clone(&self.shared),
                 index,
@@ -541,6 +555,9 @@ impl Dispatch {
             return true;
         };
         self.scheduler.release(&taken);
+        self.shared
+            .board
+            .leave(self.shared.plan.cells[index].id.as_str());
         let record = match end {
             Ok(CellEnd::Finished(record)) => *record,
             Ok(CellEnd::Interrupted) => {

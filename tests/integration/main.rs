@@ -21,6 +21,7 @@ mod matrix_github;
 mod matrix_good;
 mod matrix_ids;
 mod matrix_props;
+mod newcomer;
 mod provision;
 mod report;
 mod run;

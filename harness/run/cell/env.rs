@@ -128,6 +128,7 @@ pub(super) async fn provision_env(
         }
     };
     facts.phase = Phase::Provision;
+    cx.show_phase(Phase::Provision);
     let shared = cx.shared;
     let cell_token = cx.cell_token();
     let pcx = provision::Context {

@@ -7,6 +7,7 @@ use crate::exec::process::{self, CellCommand, Running};
 use crate::watchdog::{Idle, Watchdog};
 use std::future::Future;
 use std::process::ExitStatus;
+use std::sync::Arc;
 use tokio::time::Instant;
 
 /// A cell's main process and the watchdog over it.
@@ -60,6 +61,9 @@ impl AttemptCx<'_> {
             ));
         }
         let output = process::lock(&self.log).output_counter();
+        if let Some(watched) = self.shared.board.get(self.cell.id.as_str()) {
+            watched.launched(running.selector().clone(), Arc::clone(&output));
+        }
         let dog = Watchdog::new(
             running.selector().clone(),
             output,
@@ -78,6 +82,7 @@ impl AttemptCx<'_> {
         facts: &Facts,
         deadline: Instant,
     ) -> Stop<T> {
+        self.show_phase(facts.phase);
         let cancel = &mut self.cancel;
         let cancelled = async {
             if cancel.wait_for(|c| *c).await.is_err() {
@@ -140,6 +145,7 @@ impl AttemptCx<'_> {
 
     /// Tears the cell down and records what was left behind.
     pub(super) async fn teardown(&self, running: &mut Running, facts: &mut Facts) {
+        self.show_phase(crate::record::Phase::Teardown);
         let shared = self.shared;
         let main_exited = running.exit_status().is_some();
         let report = running

@@ -53,6 +53,8 @@ pub(crate) struct Shared {
     pub hurry: tokio::sync::watch::Receiver<bool>,
     pub host: String,
     pub http: reqwest::Client,
+    /// What the terminal shows of each running cell (its SLOW lines).
+    pub board: crate::run::progress::Board,
 }
 
 /// How a cell ended.
@@ -158,6 +160,13 @@ struct AttemptCx<'a> {
 impl AttemptCx<'_> {
     fn note(&self, text: &str) {
         process::lock(&self.log).note(text);
+    }
+
+    /// Tells the terminal the cell entered `phase` (for its SLOW lines).
+    fn show_phase(&self, phase: crate::record::Phase) {
+        if let Some(watched) = self.shared.board.get(self.cell.id.as_str()) {
+            watched.phase(phase);
+        }
     }
 
     /// Unique per attempt; every process of the attempt carries it.
