@@ -16,6 +16,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 const AFTER_HELP: &str = "\
+Examples:
+  gpucompat gate matrices/nightly.toml --base base.txt --head head.txt
+  gpucompat gate matrices/nightly.toml --base-ref origin/main --head-ref HEAD
+  gpucompat gate FILE --base b.txt --head h.txt --baseline-run runs/nightly/2026-11-23T02-00-00Z
+  gpucompat gate FILE --base base.txt --head head.txt --github-pr 1234 --sha \"$GITHUB_SHA\"
+
 Pins:  --base PINS --head PINS        requirement files, or `name==version,...` lists
        --base-ref REV --head-ref REV  the pins of requirements.txt / pyproject.toml at two git
                                       revisions (`--pins-file` names other files)

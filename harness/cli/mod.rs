@@ -56,8 +56,7 @@ enum Command {
     Compare(compare::CompareArgs),
     /// Find the first bad version of an axis, or the bumped packages that break a cell.
     Bisect(bisect::BisectArgs),
-    /// Gate a dependency bump: every cell with the base and the head pins; exit 1 only for
-    /// confirmed regressions.
+    /// Gate a dependency bump: base and head pins; exit 1 only for confirmed regressions
     Gate(gate::GateArgs),
     /// Publish a run to GitHub: one issue per new failure fingerprint.
     Publish(publish::PublishArgs),

@@ -8,6 +8,9 @@ use std::io::Write;
 use std::path::PathBuf;
 
 const AFTER_HELP: &str = "\
+Examples:
+  gpucompat publish runs/nightly/2026-11-23T02-00-00Z --issues
+
 Opens one issue per new failure fingerprint of the run (label `gpucompat`), comments on the
 existing issue when a failure recurs, and closes nothing. Spurious records (infrastructure) and
 expected failures are not published. GITHUB_API_URL, GITHUB_REPOSITORY and GITHUB_TOKEN as on

@@ -144,6 +144,8 @@ fn subcommands() -> Vec<Vec<String>> {
         .next()
         .unwrap_or_default()
         .lines()
+        // A name is indented by two spaces; a wrapped description by more.
+        .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
         .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
         .filter(|name| name != "help")
         .collect::<Vec<_>>();
