@@ -8,19 +8,33 @@ cache, the way tensor-parallel workers do. Failures are FlashInfer's own excepti
 they are. Then it serves GET /health and POST /v1/completions: a tiny random-weight "model" whose
 next-token distribution goes through FlashInfer's sampling kernel.
 
-usage: flashinfer_probe.py --port PORT [--workers N] [--kernels core,moe,gdn,triton] [--stall-rank R]
+usage: flashinfer_probe.py --port PORT [--workers N] [--kernels core,moe,gdn,triton]
+                          [--all-reduce [--collective-timeout S]] [--stall-rank R [--stall-at WHERE]]
 
-With --stall-rank R (fault injection, for measuring hang detection) worker R passes its checks, then
-waits forever in silence holding its CUDA context: the launch never completes, as when one
-tensor-parallel worker is stuck.
+Worker r runs on visible GPU r mod (GPUs visible), so `--workers 2` on two GPUs is one worker per
+GPU, as tensor-parallel ranks are. With --all-reduce the workers, after their checks, join an NCCL
+process group and all-reduce twice: a small sum they check, then 256 MiB for the bus bandwidth.
+
+With --stall-rank R (fault injection, for measuring hang detection) worker R waits forever in
+silence holding its CUDA context: after its checks (`--stall-at checks`, the default: the launch
+never completes, as when one tensor-parallel worker is stuck), or after the first all-reduce instead
+of joining the second (`--stall-at collective`: the other ranks wait in a real NCCL collective until
+NCCL's watchdog ends them after --collective-timeout seconds).
+
+At start worker 0 checks the placement: the GPUs torch sees, by UUID, must be the ones
+CUDA_VISIBLE_DEVICES names, in that order, as `nvidia-smi` lists them.
 """
 import argparse
+import datetime
 import json
 import math
 import multiprocessing as mp
 import os
 import queue as queues
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -251,18 +265,117 @@ def run_checks(kernels):
         say(f"{name}: ok in {seconds:.1f}s (max abs error {error:.2e})")
 
 
-def worker(rank, kernels, queue, stall):
+def stall_forever(rank, where):
+    say(f"worker {rank}: --stall-rank: waiting forever {where} (injected hang, at t={time.time():.3f})")
+    threading.Event().wait()
+
+
+def place(rank):
+    """Worker r on visible GPU r mod (GPUs visible): one rank per GPU when there are enough."""
+    import torch
+
+    device = rank % torch.cuda.device_count()
+    torch.cuda.set_device(device)
+    return device
+
+
+def all_reduce(rank, collective, stall):
+    """Joins the NCCL process group of all workers and all-reduces twice: a small sum whose
+    value is checked, then 256 MiB timed for the bus bandwidth (as nccl-tests reports it)."""
+    import torch
+    import torch.distributed as dist
+
+    store_dir, world, timeout_s = collective
+    if torch.cuda.device_count() < world:
+        raise RuntimeError(f"--all-reduce needs one GPU per worker: {world} workers, "
+                           f"{torch.cuda.device_count()} GPU(s) visible (NCCL refuses two ranks "
+                           f"on one GPU)")
+    store = dist.FileStore(os.path.join(store_dir, "store"), world)
+    device = torch.device("cuda", torch.cuda.current_device())
+    dist.init_process_group("nccl", store=store, rank=rank, world_size=world, device_id=device,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    value = torch.full((4,), float(rank + 1), device=device)
+    dist.all_reduce(value)
+    torch.cuda.synchronize()
+    want = world * (world + 1) / 2
+    if not bool((value == want).all()):
+        raise AssertionError(f"all_reduce: rank {rank} got {value.tolist()}, expected {want} "
+                             f"in every element (output mismatch)")
+    say(f"worker {rank}: all_reduce #1 ok (sum {want:g} over {world} ranks)")
+    if stall:
+        stall_forever(rank, "instead of joining all_reduce #2")
+    data = torch.ones(64 << 20, device=device)
+    say(f"worker {rank}: all_reduce #2 started (256 MiB, timeout {timeout_s:g}s, at t={time.time():.3f})")
+    start = time.time()
+    for _ in range(5):
+        dist.all_reduce(data)
+    torch.cuda.synchronize()
+    seconds = (time.time() - start) / 5
+    bus = data.numel() * 4 / seconds * 2 * (world - 1) / world / 1e9
+    say(f"worker {rank}: all_reduce #2 ok: {seconds * 1e3:.2f} ms, bus bandwidth {bus:.1f} GB/s")
+    if rank == 0:
+        print(f"GPUCOMPAT_METRIC allreduce_busbw_gbps={bus:.1f}", flush=True)
+    dist.destroy_process_group()
+
+
+def worker(rank, kernels, queue, stall, stall_at, collective):
     try:
+        if rank == 0:
+            check_placement()
+        device = place(rank)
+        say(f"worker {rank}: cuda:{device}")
         run_checks(kernels)
-        if stall:
-            import threading
-            say(f"worker {rank}: --stall-rank: waiting forever (injected hang)")
-            threading.Event().wait()
+        if stall and stall_at == "checks":
+            stall_forever(rank, "after its checks")
+        if collective:
+            all_reduce(rank, collective, stall)
         queue.put((os.getpid(), None))
     except BaseException:  # the real exception text is the finding: print it whole
         traceback.print_exc()
         sys.stderr.flush()
         queue.put((os.getpid(), "failed"))
+
+
+def visible_uuids():
+    """The UUIDs of the GPUs CUDA_VISIBLE_DEVICES names, in its order, from `nvidia-smi`
+    (whose indices are PCI bus order, as CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA's); None when
+    that cannot be known (no variable, no nvidia-smi, entries that are not indices)."""
+    names = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    if not names:
+        return None
+    try:
+        listing = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as err:
+        say(f"placement: not checked (nvidia-smi: {err})")
+        return None
+    by_index = dict(line.replace(" ", "").split(",", 1) for line in listing.splitlines() if "," in line)
+    wanted = [n.strip() for n in names.split(",")]
+    if not all(n in by_index or n.startswith("GPU-") for n in wanted):
+        say(f"placement: not checked (CUDA_VISIBLE_DEVICES={names!r} is not nvidia-smi indices)")
+        return None
+    return [(n, by_index.get(n, n)) for n in wanted]
+
+
+def check_placement():
+    """Torch's device i must be the GPU that CUDA_VISIBLE_DEVICES names i-th: the harness's
+    placement, checked from inside the cell by worker 0 before its kernel checks (a mismatch
+    fails the launch as a kernel's failure does)."""
+    import torch
+
+    wanted = visible_uuids()
+    seen = [str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count())]
+    norm = lambda u: u.lower().removeprefix("gpu-")  # noqa: E731
+    for i, uuid in enumerate(seen):
+        say(f"placement: cuda:{i} is GPU-{norm(uuid)} ({torch.cuda.get_device_name(i)})")
+    if wanted is None:
+        return
+    if [norm(u) for _, u in wanted] != [norm(u) for u in seen]:
+        say(f"placement mismatch: CUDA_VISIBLE_DEVICES asks for "
+            f"{', '.join(f'{n}=GPU-{norm(u)}' for n, u in wanted)} but torch sees "
+            f"{', '.join(f'GPU-{norm(u)}' for u in seen)}")
+        raise AssertionError("placement: the GPUs torch sees are not the ones asked for, in that order")
+    say(f"placement ok: nvidia-smi GPUs {','.join(n for n, _ in wanted)} are cuda:0..{len(seen) - 1}, by UUID")
 
 
 def generate(max_tokens):
@@ -437,6 +550,15 @@ def main():
                         help="fault injection for measuring hang detection: this worker, after its "
                              "checks, keeps its CUDA context and waits forever in silence, as a "
                              "tensor-parallel worker stuck in a collective does")
+    parser.add_argument("--stall-at", choices=["checks", "collective"], default="checks",
+                        help="where --stall-rank's worker stops: after its kernel checks, or after "
+                             "the first all-reduce instead of joining the second (needs --all-reduce)")
+    parser.add_argument("--all-reduce", action="store_true",
+                        help="after the checks, all-reduce across the workers over NCCL (one GPU "
+                             "per worker), as tensor-parallel ranks do at start")
+    parser.add_argument("--collective-timeout", type=float, default=60.0, metavar="S",
+                        help="the NCCL process group's timeout: a collective that does not finish "
+                             "in S seconds is ended by NCCL's watchdog (default 60)")
     args = parser.parse_args()
     kernels = expand_kernels(args.kernels)
     unknown = [k for k in kernels if k not in CHECKS]
@@ -444,10 +566,16 @@ def main():
         parser.error(f"unknown kernels {unknown}; known: {sorted(CHECKS)} and sets {sorted(KERNEL_SETS)}")
     if args.workers < 1 or (args.stall_rank is not None and not 0 <= args.stall_rank < args.workers):
         parser.error("--workers must be at least 1 and --stall-rank one of the workers")
+    if args.stall_at == "collective" and not args.all_reduce:
+        parser.error("--stall-at collective needs --all-reduce")
     start = time.time()
+    collective = None
+    if args.all_reduce:
+        collective = (tempfile.mkdtemp(prefix="probe-pg-"), args.workers, args.collective_timeout)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(rank, kernels, queue, args.stall_rank == rank))
+    procs = [ctx.Process(target=worker, args=(rank, kernels, queue, args.stall_rank == rank,
+                                              args.stall_at, collective))
              for rank in range(args.workers)]
     for proc in procs:
         proc.start()

@@ -2,9 +2,15 @@
 //!
 //! ```text
 //! spec  := "" | term ("+" term)*        "sm_86+sm_89": two GPUs, the sm_86 one first
-//! term  := [count "x"] arch             "2xsm_90": two sm_90 GPUs
+//! term  := [count "x"] arch | arch "@" index
+//!                                        "2xsm_90": two sm_90 GPUs
+//!                                        "sm_90@1+sm_90@0": GPU 1 then GPU 0 of the host
 //! arch  := "sm_" digits ["a" | "f"]     "sm_90a", "sm_100f", "sm_120"
 //! ```
+//!
+//! A device pin (`@index`, the host's `nvidia-smi` index) is for what only a given device or
+//! order shows: placement checks, a suspect card, a PCIe/NVLink pair. It stays in the parsed
+//! entry (`"sm_90@1"`); `split_device` takes it apart where GPUs are chosen.
 
 /// Why a GPU spec could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -15,6 +21,12 @@ pub enum GpuSpecError {
     BadCount { term: String },
     #[error("empty term in `{spec}` (a `+` with nothing on one side)")]
     EmptyTerm { spec: String },
+    #[error(
+        "`{term}`: a device pin is `arch@index` with one GPU and a whole-number index (e.g. `sm_90@1`)"
+    )]
+    BadDevice { term: String },
+    #[error("`{spec}` names device {index} twice")]
+    SameDevice { spec: String, index: u32 },
 }
 
 /// Upper bound on GPUs per cell, far above any single host, to catch typos like `80xsm_90`.
@@ -50,14 +62,54 @@ pub fn parse(spec: &str) -> Result<Vec<String>, GpuSpecError> {
             }
             _ => (1, term),
         };
-        if !is_arch(arch) {
+        let (bare, device) = split_pin(arch, term)?;
+        if !is_arch(bare) {
             return Err(GpuSpecError::BadArch {
                 term: term.to_owned(),
             });
         }
+        if let Some(index) = device {
+            if count != 1 {
+                return Err(GpuSpecError::BadDevice {
+                    term: term.to_owned(),
+                });
+            }
+            if gpus
+                .iter()
+                .any(|g: &String| split_device(g).1 == Some(index))
+            {
+                return Err(GpuSpecError::SameDevice {
+                    spec: spec.to_owned(),
+                    index,
+                });
+            }
+        }
         gpus.extend(std::iter::repeat_n(arch.to_owned(), count));
     }
     Ok(gpus)
+}
+
+/// `sm_90@1` -> (`sm_90`, Some(1)); a malformed pin is an error of `term`.
+fn split_pin<'a>(arch: &'a str, term: &str) -> Result<(&'a str, Option<u32>), GpuSpecError> {
+    let Some((bare, index)) = arch.split_once('@') else {
+        return Ok((arch, None));
+    };
+    let bad = || GpuSpecError::BadDevice {
+        term: term.to_owned(),
+    };
+    if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let index = index.parse().map_err(|_| bad())?;
+    Ok((bare, Some(index)))
+}
+
+/// One parsed entry's arch and device pin: `sm_90@1` -> (`sm_90`, Some(1)), `sm_90` -> (`sm_90`, None).
+pub fn split_device(entry: &str) -> (&str, Option<u32>) {
+    match entry.split_once('@') {
+        Some((arch, index)) => (arch, index.parse().ok()),
+        None => (entry, None),
+    }
 }
 
 /// `sm_` + 2 or 3 digits + optional `a` (arch-specific) or `f` (family) suffix.
@@ -108,6 +160,26 @@ mod tests {
             ["sm_100a", "sm_120", "sm_120"]
         );
         assert_eq!(parse("").unwrap_or_default(), Vec::<String>::new());
+        assert_eq!(
+            parse("sm_90@1+sm_90@0").unwrap_or_default(),
+            ["sm_90@1", "sm_90@0"]
+        );
+        assert_eq!(split_device("sm_90@1"), ("sm_90", Some(1)));
+        assert_eq!(split_device("sm_90"), ("sm_90", None));
+    }
+
+    #[test]
+    fn rejects_malformed_device_pins() {
+        for bad in [
+            "sm_90@",
+            "sm_90@x",
+            "2xsm_90@1",
+            "sm_90@1+sm_90@1",
+            "sm90@1",
+            "sm_90@-1",
+        ] {
+            assert!(parse(bad).is_err(), "{bad} should be rejected");
+        }
     }
 
     #[test]
@@ -121,7 +193,13 @@ mod tests {
 
     #[test]
     fn formats_back() {
-        for spec in ["sm_90", "2xsm_90", "sm_86+sm_89", "sm_90+2xsm_120"] {
+        for spec in [
+            "sm_90",
+            "2xsm_90",
+            "sm_86+sm_89",
+            "sm_90+2xsm_120",
+            "sm_90@1+sm_90@0",
+        ] {
             let gpus = parse(spec).unwrap_or_default();
             assert_eq!(format(&gpus), spec);
         }

@@ -193,7 +193,9 @@ fn lower_bound(jobs: &[Job], gpus: &[GpuInfo], default_s: f64) -> f64 {
             // Charge the pool of the GPUs that serve this arch (exact arch names in practice).
             let pool = gpus
                 .iter()
-                .find(|g| crate::inventory::serves(&g.arch, arch))
+                .find(|g| {
+                    crate::inventory::serves(&g.arch, crate::matrix::gpus::split_device(arch).0)
+                })
                 .map_or(arch.as_str(), |g| g.arch.as_str());
             *demand.entry(pool).or_default() += d;
         }

@@ -6,7 +6,15 @@
 //! take them forever: cells needing several GPUs never starve.
 
 use crate::inventory::serves;
+use crate::matrix::gpus::split_device;
 use crate::record::GpuInfo;
+
+/// Whether `gpu` can be the entry `want` of a cell's list: its arch, and its index when the
+/// entry pins a device (`sm_90@1`).
+fn fits(gpu: &GpuInfo, want: &str) -> bool {
+    let (arch, device) = split_device(want);
+    device.is_none_or(|index| index == gpu.index) && serves(&gpu.arch, arch)
+}
 
 /// The host's GPUs and which are busy.
 #[derive(Debug, Clone)]
@@ -34,7 +42,7 @@ impl Slots {
         let mut taken: Vec<usize> = Vec::with_capacity(want.len());
         for arch in want {
             let slot = (0..self.gpus.len()).find(|&slot| {
-                usable(slot) && !taken.contains(&slot) && serves(&self.gpus[slot].arch, arch)
+                usable(slot) && !taken.contains(&slot) && fits(&self.gpus[slot], arch)
             })?;
             taken.push(slot);
         }
@@ -63,7 +71,7 @@ impl Slots {
                 !self.busy[slot]
                     && !reserved[slot]
                     && !claimed.contains(&slot)
-                    && serves(&self.gpus[slot].arch, arch)
+                    && fits(&self.gpus[slot], arch)
             }) {
                 claimed.push(slot);
             }
@@ -117,6 +125,24 @@ mod tests {
         assert!(!slots.can_serve(&want(&["sm_90", "sm_90", "sm_90"])));
         assert!(!slots.can_serve(&want(&["sm_86"])));
         assert!(slots.can_serve(&[]));
+    }
+
+    #[test]
+    fn pinned_devices_come_in_the_asked_order() {
+        let mut slots = Slots::new(vec![gpu(0, "sm_90"), gpu(1, "sm_90")]);
+        let none = vec![false; 2];
+        assert!(!slots.can_serve(&want(&["sm_90@2"])));
+        assert!(!slots.can_serve(&want(&["sm_89@0"])));
+        assert_eq!(
+            slots.take(&want(&["sm_90@1", "sm_90@0"]), &none),
+            Some(vec![1, 0])
+        );
+        slots.release(&[0, 1]);
+        let first = slots.take(&want(&["sm_90@0"]), &none).expect("free");
+        assert_eq!(first, [0]);
+        // GPU 0 is busy: a cell pinned to it waits, while an unpinned one takes GPU 1.
+        assert_eq!(slots.take(&want(&["sm_90@0"]), &none), None);
+        assert_eq!(slots.take(&want(&["sm_90"]), &none), Some(vec![1]));
     }
 
     #[test]

@@ -326,5 +326,8 @@ no-progress = "3s"
     let (code, record, log, _keep) = run("stall", "--stall-rank 1", "ok");
     assert_eq!(code, Some(1), "{record}");
     assert_eq!(record["signature"], "deadlock", "{record}\n{log}");
-    assert!(log.contains("waiting forever (injected hang)"), "{log}");
+    assert!(
+        log.contains("waiting forever after its checks (injected hang"),
+        "{log}"
+    );
 }

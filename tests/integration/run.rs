@@ -471,7 +471,7 @@ fn environment_contract_with_a_mixed_inventory() {
             r#"
 [matrix]
 flashinfer = ["0.6.3"]
-gpu = ["sm_86+sm_89", "sm_89", "sm_90"]
+gpu = ["sm_86+sm_89", "sm_89", "sm_90", "sm_89@0+sm_86@1", "sm_86@0"]
 [resources]
 gpus = "{{gpu}}"
 [packages]
@@ -498,7 +498,7 @@ arch = "sm_86"
     let out = scene.run(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let records = scene.records();
-    assert_eq!(records.len(), 3);
+    assert_eq!(records.len(), 5);
     let of_gpu = |gpu: &str| {
         records
             .iter()
@@ -563,6 +563,14 @@ arch = "sm_86"
 
     let missing = of_gpu("sm_90");
     assert_eq!(missing["status"], "skip");
+
+    // Device pins: the cell gets exactly those GPUs, in the order written; a pin on a GPU of
+    // another arch can never be served.
+    let pinned = of_gpu("sm_89@0+sm_86@1");
+    assert_eq!(pinned["status"], "pass", "{pinned}");
+    assert_eq!(env_of(&pinned)["CUDA_VISIBLE_DEVICES"], "0,1");
+    let wrong = of_gpu("sm_86@0");
+    assert_eq!(wrong["status"], "skip", "{wrong}");
 }
 
 // ---------------------------------------------------------------------------------------------
