@@ -78,7 +78,12 @@ pub(super) fn jit_dir(
             .join("cache")
             .join(format!("{}.attempt{attempt}", cell.id)),
         CacheMode::Warm => {
-            let archs: Vec<&str> = gpus.iter().map(|g| g.arch.as_str()).collect();
+            // The set of archs, not the list: a JIT builds per arch, so a one-GPU cell and a
+            // two-GPU cell of the same arch and pins share kernels (on two H200s, keying by the
+            // list made single-GPU cells after a `2xsm_90` one compile their kernels again, 118 s).
+            let archs: std::collections::BTreeSet<&str> =
+                gpus.iter().map(|g| g.arch.as_str()).collect();
+            let archs: Vec<&str> = archs.into_iter().collect();
             let archs = if archs.is_empty() {
                 "cpu".to_owned()
             } else {
