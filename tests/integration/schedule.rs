@@ -295,7 +295,11 @@ cache = "{cache}"
     // Same pins and archs: one folder; the second cell finds the first one's kernels.
     // Two GPUs of the same arch build the same kernels as one: the same folder too. Whichever of
     // the three ran first missed; the other two found its kernels.
-    let sharing = ["0.6.8.post1-sm_90-1", "0.6.8.post1-sm_90-2", "0.6.8.post1-2xsm_90-4"];
+    let sharing = [
+        "0.6.8.post1-sm_90-1",
+        "0.6.8.post1-sm_90-2",
+        "0.6.8.post1-2xsm_90-4",
+    ];
     for id in sharing {
         assert_eq!(folder(id), folder(sharing[0]), "{id}");
     }
