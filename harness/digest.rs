@@ -11,6 +11,19 @@ pub fn sha256_hex(data: &[u8], bytes: usize) -> String {
         .collect()
 }
 
+/// The whole sha256 of a file's bytes, as lowercase hex, read in pieces (engine bundles are tens
+/// of megabytes).
+pub fn sha256_file(path: &std::path::Path) -> std::io::Result<String> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher)?;
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

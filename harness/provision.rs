@@ -38,10 +38,46 @@ pub struct EnvSpec {
     pub index_url: Option<String>,
     /// Wheelhouse folders, absolute.
     pub find_links: Vec<PathBuf>,
+    /// `[python] site`: prebuilt site folders and archives, in order.
+    pub site: Vec<SiteEntry>,
     pub no_index: bool,
     pub system_site_packages: bool,
     /// Install only what is named, no dependencies (`[python] no-deps`).
     pub no_deps: bool,
+}
+
+/// One `[python] site` entry: a folder put on the path as it is, or an archive unpacked (with the
+/// environment's other archives, in order, later ones over earlier ones, as an engine bundle's
+/// parts are meant to be) into the environment's `gpucompat-site` folder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SiteEntry {
+    /// Absolute.
+    pub path: PathBuf,
+    /// sha256 of an archive's bytes, so a rebuilt bundle makes another environment; `None` for
+    /// a folder (read where it is, at run time).
+    pub digest: Option<String>,
+}
+
+impl SiteEntry {
+    fn read(path: PathBuf) -> Result<SiteEntry, ProvisionError> {
+        let io = |source| ProvisionError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let meta = fs::metadata(&path).map_err(io)?;
+        if meta.is_dir() {
+            return Ok(SiteEntry { path, digest: None });
+        }
+        let digest = crate::digest::sha256_file(&path).map_err(io)?;
+        Ok(SiteEntry {
+            path,
+            digest: Some(digest),
+        })
+    }
+
+    fn is_archive(&self) -> bool {
+        self.digest.is_some()
+    }
 }
 
 /// Which tool installs.
@@ -140,7 +176,13 @@ impl EnvSpec {
             }
             None => None,
         };
-        Ok(Some(EnvSpec::new(plan, python, requirements, &cell.pins)))
+        let mut spec = EnvSpec::new(plan, python, requirements, &cell.pins);
+        spec.site = python
+            .site
+            .iter()
+            .map(|p| SiteEntry::read(absolute(&plan.dir.join(p))))
+            .collect::<Result<_, _>>()?;
+        Ok(Some(spec))
     }
 
     fn new(
@@ -162,6 +204,7 @@ impl EnvSpec {
                 .iter()
                 .map(|p| absolute(&plan.dir.join(p)))
                 .collect(),
+            site: Vec::new(),
             no_index: python.no_index,
             system_site_packages: python.system_site_packages,
             no_deps: python.no_deps,
@@ -228,6 +271,7 @@ impl EnvSpec {
                 shell_quote(&self.python)
             )
         });
+        let bundles = self.site_steps(dir, &python);
         match installer {
             Installer::Uv => {
                 steps.push(format!(
@@ -236,6 +280,7 @@ impl EnvSpec {
                     q(dir)
                 ));
                 steps.extend(inherit.clone());
+                steps.extend(bundles.iter().cloned());
                 if base.is_some() || !pins.is_empty() {
                     let overrides = dir.join("gpucompat-pins.txt");
                     let mut install = format!("uv pip install --python {python}");
@@ -262,6 +307,7 @@ impl EnvSpec {
                     q(dir)
                 ));
                 steps.extend(inherit);
+                steps.extend(bundles);
                 let pip = format!("{python} -m pip install --disable-pip-version-check --no-input");
                 if let Some(base) = &base {
                     steps.push(join(&[&pip, &source, base]));
@@ -271,6 +317,49 @@ impl EnvSpec {
                 }
             }
         }
+        steps
+    }
+}
+
+impl EnvSpec {
+    /// The steps that put `[python] site` on the environment's path: archives unpacked in order
+    /// into `DIR/gpucompat-site`, then one `.pth` file naming the folders with `site.addsitedir`
+    /// (which also reads the `.pth` files inside them). Python reads a site folder's `.pth` files
+    /// in name order and appends what they name after the folder itself: the environment's own
+    /// packages (the cell's pins) come first, then these (`_gpucompat_bundles.pth`), then the
+    /// system's (`_gpucompat_system.pth`), so a bundle's newer dependencies win over the
+    /// machine's and the pinned FlashInfer wins over the bundle's.
+    fn site_steps(&self, dir: &Path, python: &str) -> Vec<String> {
+        if self.site.is_empty() {
+            return Vec::new();
+        }
+        let unpacked = dir.join("gpucompat-site");
+        let q = |p: &Path| shell_quote(&p.display().to_string());
+        let mut steps = Vec::new();
+        let mut folders: Vec<&Path> = Vec::new();
+        for entry in &self.site {
+            if entry.is_archive() {
+                if !folders.contains(&unpacked.as_path()) {
+                    steps.push(format!("mkdir -p {}", q(&unpacked)));
+                    folders.push(&unpacked);
+                }
+                steps.push(format!("tar -xf {} -C {}", q(&entry.path), q(&unpacked)));
+            } else {
+                folders.push(&entry.path);
+            }
+        }
+        let lines: Vec<String> = folders
+            .iter()
+            .map(|folder| {
+                let literal = serde_json::to_string(&folder.display().to_string())
+                    .unwrap_or_default();
+                shell_quote(&format!("import site; site.addsitedir({literal})"))
+            })
+            .collect();
+        steps.push(format!(
+            "printf '%s\\n' {} > \"$({python} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')/_gpucompat_bundles.pth\"",
+            lines.join(" ")
+        ));
         steps
     }
 }
@@ -452,6 +541,7 @@ mod tests {
             }],
             index_url: None,
             find_links: vec![PathBuf::from("/w h/wheels")],
+            site: Vec::new(),
             no_index: true,
             system_site_packages: true,
             no_deps: false,

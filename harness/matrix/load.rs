@@ -418,6 +418,7 @@ fn python_env(raw: &RawFile) -> Option<PythonEnv> {
             .iter()
             .map(|s| PathBuf::from(&s.value))
             .collect(),
+        site: p.site.iter().map(|s| PathBuf::from(&s.value)).collect(),
         no_index: p.no_index.as_ref().is_some_and(|b| b.value),
         system_site_packages: p.system_site_packages.as_ref().is_some_and(|b| b.value),
         no_deps: p.no_deps.as_ref().is_some_and(|b| b.value),

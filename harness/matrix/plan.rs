@@ -164,6 +164,10 @@ pub struct PythonEnv {
     pub index_url: Option<String>,
     /// Wheelhouse folders, relative to the matrix file.
     pub find_links: Vec<PathBuf>,
+    /// Prebuilt site folders and archives of them (`.tar`, `.tar.gz`, `.tar.xz`), relative to
+    /// the matrix file: what an engine bundle brings, put on the environment's path after its
+    /// own packages (so a pinned package wins over the bundle's copy) and before the system's.
+    pub site: Vec<PathBuf>,
     pub no_index: bool,
     /// Install over the system's packages (its torch) instead of an isolated environment.
     pub system_site_packages: bool,

@@ -113,6 +113,7 @@ pub(crate) struct RawPython {
     pub(crate) requirements: Option<Sp<String>>,
     pub(crate) index_url: Option<Sp<String>>,
     pub(crate) find_links: Vec<Sp<String>>,
+    pub(crate) site: Vec<Sp<String>>,
     pub(crate) no_index: Option<Sp<bool>>,
     pub(crate) system_site_packages: Option<Sp<bool>>,
     pub(crate) no_deps: Option<Sp<bool>>,
@@ -188,6 +189,7 @@ const PYTHON_KEYS: &[&str] = &[
     "requirements",
     "index-url",
     "find-links",
+    "site",
     "no-index",
     "system-site-packages",
     "no-deps",
@@ -578,6 +580,10 @@ impl Walker<'_> {
         python.find_links = table
             .get("find-links")
             .map(|v| self.string_list(v, "find-links in [python]"))
+            .unwrap_or_default();
+        python.site = table
+            .get("site")
+            .map(|v| self.string_list(v, "site in [python]"))
             .unwrap_or_default();
         python.no_index = table
             .get("no-index")

@@ -272,3 +272,99 @@ fn an_interrupted_install_is_redone_not_used() {
     );
     assert!(env.join(".gpucompat-ready").exists());
 }
+
+/// Writes `files` (name, text) into a `.tar.xz` at `path`, with the machine's python3's tarfile.
+fn tar_xz(path: &Path, files: &[(&str, &str)]) {
+    let staged = path.with_extension("d");
+    for (name, text) in files {
+        let file = staged.join(name);
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&file, text).expect("write");
+    }
+    let status = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, tarfile, os; t = tarfile.open(sys.argv[1], 'w:xz'); \
+             [t.add(os.path.join(sys.argv[2], n), arcname=n) for n in os.listdir(sys.argv[2])]; t.close()",
+        ])
+        .arg(path)
+        .arg(&staged)
+        .status()
+        .expect("python3 runs");
+    assert!(status.success());
+    std::fs::remove_dir_all(&staged).expect("clean");
+}
+
+/// `[python] site`: an engine bundle's archives are unpacked in order (a later archive's file
+/// over an earlier one's) into the environment and put on its path with a prebuilt folder, after
+/// the environment's own packages (the pinned tinylib wins over the bundle's copy); a rebuilt
+/// archive makes another environment.
+#[test]
+fn site_bundles_reach_the_cell_under_its_pins() {
+    let sandbox = Sandbox::new();
+    wheelhouse(&sandbox.path().join("wheels"));
+    tar_xz(
+        &sandbox.path().join("engine-a.tar.xz"),
+        &[
+            ("tinylib/__init__.py", "__version__ = 'bundle'\n"),
+            ("engine_mod.py", "WHO = 'a'\n"),
+            ("override_me.py", "V = 'a'\n"),
+        ],
+    );
+    tar_xz(
+        &sandbox.path().join("engine-b.tar.xz"),
+        &[("override_me.py", "V = 'b'\n")],
+    );
+    sandbox.file("prebuilt/prebuilt_mod.py", "P = 1\n");
+    let matrix = sandbox.file(
+        "m.toml",
+        r#"
+[matrix]
+tinylib = ["2.0"]
+[packages]
+tinylib = "tinylib"
+[python]
+find-links = ["wheels"]
+no-index = true
+site = ["engine-a.tar.xz", "engine-b.tar.xz", "prebuilt"]
+[job]
+command = "python -c 'import tinylib, engine_mod, override_me, prebuilt_mod; print(tinylib.__version__, engine_mod.WHO, override_me.V, prebuilt_mod.P)'"
+timeout = "2m"
+"#,
+    );
+    let cache = sandbox.path().join("cache");
+    let run = |out: &str| {
+        let out = sandbox.path().join(out);
+        let status = gpucompat()
+            .args(["run", "--grace", "1s", "--out"])
+            .arg(&out)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .arg(&matrix)
+            .env("GPUCOMPAT_INSTALLER", "pip")
+            .output()
+            .expect("run");
+        let record = records(&out).swap_remove(0);
+        let log = std::fs::read_to_string(out.join(record["log"].as_str().expect("log")))
+            .expect("log");
+        (status.status.code(), record, log)
+    };
+    let (code, record, log) = run("run1");
+    assert_eq!(code, Some(0), "{record}\n{log}");
+    assert!(log.contains("\n2.0 a b 1\n"), "{log}");
+
+    // A rebuilt bundle is another environment, never the old one reused.
+    tar_xz(
+        &sandbox.path().join("engine-b.tar.xz"),
+        &[("override_me.py", "V = 'c'\n")],
+    );
+    let (code, record, log) = run("run2");
+    assert_eq!(code, Some(0), "{record}\n{log}");
+    assert!(log.contains("\n2.0 a c 1\n"), "{log}");
+    let envs = std::fs::read_dir(cache.join("envs"))
+        .expect("envs")
+        .filter_map(Result::ok)
+        .filter(|e| e.path().is_dir())
+        .count();
+    assert_eq!(envs, 2);
+}
