@@ -43,6 +43,16 @@ pub struct MetricPattern {
     pub regex: Regex,
 }
 
+/// How a server's answer is judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerCheck {
+    /// Real text: not empty, not garbage, matching `expect` when given.
+    Text,
+    /// Exactly `max_tokens` tokens by the engine's own count, whatever they say, asked with
+    /// `ignore_eos` (a random-weight model emits garbage and would end at once otherwise).
+    Tokens,
+}
+
 /// Everything the runner needs to launch, wait for and ask one server.
 #[derive(Debug, Clone)]
 pub struct ResolvedServer {
@@ -60,6 +70,10 @@ pub struct ResolvedServer {
     pub max_tokens: u32,
     /// Regex the completion text must match.
     pub expect: Option<Regex>,
+    pub check: AnswerCheck,
+    /// Ask `GET /v1/models` for the served model name (real engines answer only to it), instead
+    /// of sending `model` as written.
+    pub discover_model: bool,
     pub metrics: Vec<MetricPattern>,
     /// Extra environment the engine wants.
     pub env: Vec<(String, String)>,
@@ -114,6 +128,8 @@ pub enum EngineError {
     },
     #[error("cannot write the probe engine's script")]
     Probe(#[source] std::io::Error),
+    #[error("`check` in [server] must be \"text\" or \"tokens\", found \"{0}\"")]
+    Check(String),
     #[error("invalid regex in `{key}`")]
     Regex {
         key: &'static str,
@@ -170,8 +186,22 @@ pub fn resolve(spec: &ServerSpec) -> Result<ResolvedServer, EngineError> {
             .unwrap_or_else(|| "The capital of France is".to_owned()),
         max_tokens: spec.max_tokens.unwrap_or(16),
         expect: regex("expect", &spec.expect)?,
+        check: match spec.check.as_deref() {
+            None | Some("text") => AnswerCheck::Text,
+            Some("tokens") => AnswerCheck::Tokens,
+            Some(other) => return Err(EngineError::Check(other.to_owned())),
+        },
+        discover_model: builtin.as_ref().is_some_and(|b| b.discover_model),
+        env: builtin
+            .as_ref()
+            .map(|b| {
+                b.env
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect()
+            })
+            .unwrap_or_default(),
         metrics: builtin.map(|b| b.metrics).unwrap_or_default(),
-        env: Vec::new(),
     })
 }
 
@@ -181,6 +211,10 @@ struct Builtin {
     command: String,
     endpoint: &'static str,
     metrics: Vec<MetricPattern>,
+    /// Real engines serve a model under its served name: ask them for it.
+    discover_model: bool,
+    /// Variables the engine should see unless the matrix's `[env]` says otherwise.
+    env: &'static [(&'static str, &'static str)],
 }
 
 /// sglang's scheduler: `Decode batch, ... gen throughput (token/s): 86.67, ...`.
@@ -221,8 +255,12 @@ fn builtin(spec: &ServerSpec) -> Result<Option<Builtin>, EngineError> {
             ),
             endpoint: "/v1/completions",
             metrics: Vec::new(),
+            discover_model: false,
+            env: &[],
         }),
-        // `python -m sglang.launch_server` (sglang docs: server arguments).
+        // `python -m sglang.launch_server` (sglang docs: server arguments). Its `/health` fails
+        // for a while after "ready to roll" (SGLang 0.5.17 on an H100: 80 s, "couldn't get a
+        // response from detokenizer"): readiness is `/health` answering 200, never the line.
         ServerKind::Sglang => Some(Builtin {
             command: format!(
                 "python3 -m sglang.launch_server --model-path {} --host 127.0.0.1 --port {{port}} --tp-size {tp}",
@@ -230,15 +268,20 @@ fn builtin(spec: &ServerSpec) -> Result<Option<Builtin>, EngineError> {
             ),
             endpoint: "/v1/completions",
             metrics: throughput(SGLANG_THROUGHPUT),
+            discover_model: true,
+            env: &[("SGLANG_DISABLE_REQUEST_LOGGING", "1")],
         }),
-        // `vllm serve MODEL` (vLLM docs: OpenAI-compatible server).
+        // vLLM's OpenAI-compatible server as a module (what `vllm serve MODEL` runs; a module
+        // also works where vLLM is on the path without its console script, as a bundle is).
         ServerKind::Vllm => Some(Builtin {
             command: format!(
-                "vllm serve {} --host 127.0.0.1 --port {{port}} --tensor-parallel-size {tp}",
+                "python3 -m vllm.entrypoints.openai.api_server --model {} --host 127.0.0.1 --port {{port}} --tensor-parallel-size {tp}",
                 model("vllm")?
             ),
             endpoint: "/v1/completions",
             metrics: throughput(VLLM_THROUGHPUT),
+            discover_model: true,
+            env: &[("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1")],
         }),
         // ktransformers serves through its sglang fork (SGLang-KT): the same launcher with
         // `--kt-*` options (given in `args`), answering on the chat route.
@@ -249,6 +292,8 @@ fn builtin(spec: &ServerSpec) -> Result<Option<Builtin>, EngineError> {
             ),
             endpoint: "/v1/chat/completions",
             metrics: throughput(SGLANG_THROUGHPUT),
+            discover_model: true,
+            env: &[],
         }),
     })
 }

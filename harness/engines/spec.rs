@@ -59,6 +59,9 @@ pub struct ServerSpec {
     pub max_tokens: Option<u32>,
     /// Regex the answer must match.
     pub expect: Option<String>,
+    /// How the answer is judged: `text` (the default: real text, matching `expect`) or `tokens`
+    /// (exactly `max-tokens` tokens, whatever they say: for random-weight models).
+    pub check: Option<String>,
     /// Worker processes (the probe engine's tensor-parallel stand-in).
     pub workers: Option<u32>,
 }

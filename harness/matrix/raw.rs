@@ -104,6 +104,7 @@ pub(crate) struct RawServer {
     pub(crate) prompt: Option<Sp<String>>,
     pub(crate) max_tokens: Option<Sp<u32>>,
     pub(crate) expect: Option<Sp<String>>,
+    pub(crate) check: Option<Sp<String>>,
     pub(crate) common: RawCommon,
 }
 
@@ -180,6 +181,7 @@ const SERVER_KEYS: &[&str] = &[
     "prompt",
     "max-tokens",
     "expect",
+    "check",
     "timeout",
     "no-progress",
     "cache",
@@ -545,6 +547,7 @@ impl Walker<'_> {
             endpoint: s("endpoint"),
             prompt: s("prompt"),
             expect: s("expect"),
+            check: s("check"),
             ..RawServer::default()
         };
         server.tp = table

@@ -67,6 +67,7 @@ impl<'a> Templates<'a> {
             add(&s.endpoint, "endpoint", Scope::Cell);
             add(&s.prompt, "prompt", Scope::Cell);
             add(&s.expect, "expect", Scope::Cell);
+            add(&s.check, "check", Scope::Cell);
             add(&s.ready_line, "ready-line", Scope::Cell);
             add(&s.common.cache, "cache", Scope::Cell);
         }
@@ -559,6 +560,7 @@ impl Checker<'_, '_> {
             prompt: render(server.map(|s| &s.prompt)),
             max_tokens: server.and_then(|s| s.max_tokens.as_ref()).map(|n| n.value),
             expect: render(server.map(|s| &s.expect)),
+            check: render(server.map(|s| &s.check)),
             workers,
         };
         Some(spec)

@@ -47,6 +47,8 @@ pub(crate) struct Request<'a> {
     pub model: Option<&'a str>,
     pub prompt: &'a str,
     pub max_tokens: u32,
+    /// Ask the engine to go on past its end-of-text token (vLLM's and SGLang's `ignore_eos`).
+    pub ignore_eos: bool,
 }
 
 /// The answer and how fast it came.
@@ -109,6 +111,9 @@ pub(crate) async fn complete(
         "stream": true,
         "stream_options": {"include_usage": true},
     });
+    if req.ignore_eos {
+        body["ignore_eos"] = json!(true);
+    }
     if chat {
         body["messages"] = json!([{"role": "user", "content": req.prompt}]);
     } else {
@@ -232,6 +237,37 @@ fn usage_tokens(value: &Value) -> Option<u64> {
     value.get("usage")?.get("completion_tokens")?.as_u64()
 }
 
+/// The first model id `GET /v1/models` lists (OpenAI's list shape), or `None` when the server
+/// does not answer that route: real engines refuse any other name (vLLM: HTTP 404 "The model
+/// ... does not exist").
+pub(crate) async fn served_model(client: &reqwest::Client, port: u16) -> Option<String> {
+    let url = format!("http://127.0.0.1:{port}/v1/models");
+    let response = client.get(&url).send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let value: Value = response.json().await.ok()?;
+    value
+        .get("data")?
+        .get(0)?
+        .get("id")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// Checks a random-weight model's answer: the engine's own count says it generated exactly the
+/// tokens asked for (what it says is noise by design). `Err` says why.
+pub(crate) fn validate_tokens(answer: &Answer, max_tokens: u32) -> Result<(), String> {
+    match answer.completion_tokens {
+        Some(n) if n == u64::from(max_tokens) => Ok(()),
+        Some(0) => Err("the engine generated no tokens".to_owned()),
+        Some(n) => Err(format!(
+            "the engine generated {n} tokens, not the {max_tokens} asked for with ignore_eos"
+        )),
+        None => Err("the engine did not report how many tokens it generated (usage)".to_owned()),
+    }
+}
+
 /// Checks an answer: not empty, not garbage, and matching `expect` when given. `Err` says why.
 pub(crate) fn validate(text: &str, expect: Option<&Regex>) -> Result<(), String> {
     let trimmed = text.trim();
@@ -295,6 +331,19 @@ fn shown(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn token_checks_count_what_the_engine_reports() {
+        let answer = |n: Option<u64>| Answer {
+            text: "\u{fffd}=\u{fffd}".to_owned(),
+            completion_tokens: n,
+            ..Answer::default()
+        };
+        assert!(validate_tokens(&answer(Some(16)), 16).is_ok());
+        assert!(validate_tokens(&answer(Some(3)), 16).is_err());
+        assert!(validate_tokens(&answer(Some(0)), 16).is_err());
+        assert!(validate_tokens(&answer(None), 16).is_err());
+    }
 
     #[test]
     fn validation_rules() {

@@ -39,6 +39,73 @@ fn path_with_stand_ins() -> String {
     }
 }
 
+/// What the real engines did with a random-weight model on an H100, played by the stand-ins: the
+/// adapters ask `/v1/models` for the served name (vLLM refuses any other), send `ignore_eos` and
+/// judge the answer by the engine's token count (`check = "tokens"`: the text is noise by design),
+/// and wait out SGLang's `/health` failing after "ready to roll".
+#[test]
+fn random_weight_models_are_judged_by_tokens_under_their_served_name() {
+    let sandbox = Sandbox::new();
+    let matrix = sandbox.file(
+        "m.toml",
+        r#"
+engine = "{engine}"
+[matrix]
+engine = ["sglang", "vllm"]
+[[matrix.include]]
+engine = "sglang"
+extra = "--attention-backend triton --sampling-backend pytorch --disable-cuda-graph --skip-server-warmup"
+[[matrix.include]]
+engine = "vllm"
+extra = "--served-model-name tiny --enforce-eager --attention-backend TRITON_ATTN"
+[server]
+model = "/models/tiny-qwen3moe"
+args = "{extra}"
+check = "tokens"
+max-tokens = 8
+ready-timeout = "60s"
+timeout = "2m"
+no-progress = "30s"
+"#,
+    );
+    let out = sandbox.path().join("run");
+    let run = run_in(&sandbox)
+        .args(["--grace", "1s", "--out"])
+        .arg(&out)
+        .arg(&matrix)
+        .env("PATH", path_with_stand_ins())
+        .env(
+            "PYTHONPATH",
+            repo_root().join("tests/fixtures/engines/pypath"),
+        )
+        .env("STANDIN_RANDOM", "1")
+        .env("STANDIN_HEALTH_GAP_S", "2")
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    for record in records(&out) {
+        let log = std::fs::read_to_string(out.join(record["log"].as_str().expect("log")))
+            .expect("log");
+        assert_eq!(record["status"], "pass", "{record}\n{log}");
+        let served = if record["id"] == "vllm" { "tiny" } else { "/models/tiny-qwen3moe" };
+        assert!(
+            log.contains(&format!("asking for the served model `{served}`")),
+            "{log}"
+        );
+        // Noise, 8 tokens of it: accepted by count.
+        assert!(log.contains("(8 tokens"), "{log}");
+        assert!(log.contains('\u{fffd}'), "{log}");
+        assert!(
+            record["metrics"]["time_to_ready_s"].as_f64().unwrap_or(0.0) >= 2.0,
+            "ready only once /health answers: {record}"
+        );
+        if record["id"] == "sglang" {
+            assert!(log.contains("couldn't get a response from detokenizer"), "{log}");
+        }
+    }
+}
+
 #[test]
 fn sglang_vllm_and_ktransformers_launch_get_ready_and_answer() {
     let sandbox = Sandbox::new();
@@ -88,7 +155,7 @@ fn sglang_vllm_and_ktransformers_launch_get_ready_and_answer() {
     );
     let vllm = log("vllm");
     assert!(
-        vllm.contains("command: vllm serve Qwen/Qwen3-0.6B --host 127.0.0.1 --port ")
+        vllm.contains("command: python3 -m vllm.entrypoints.openai.api_server --model Qwen/Qwen3-0.6B --host 127.0.0.1 --port ")
             && vllm.contains(" --tensor-parallel-size 2 --gdn-prefill-backend flashinfer"),
         "{vllm}"
     );
@@ -329,5 +396,21 @@ no-progress = "3s"
     assert!(
         log.contains("waiting forever after its checks (injected hang"),
         "{log}"
+    );
+}
+
+#[test]
+fn an_unknown_answer_check_is_bad_input() {
+    let sandbox = Sandbox::new();
+    let matrix = sandbox.file(
+        "m.toml",
+        "engine = \"vllm\"\n[matrix]\nfi = [\"0.6.3\"]\n[server]\nmodel = \"m\"\ncheck = \"words\"\n",
+    );
+    let out = gpucompat().arg("check").arg(&matrix).output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("`check` in [server] must be \"text\" or \"tokens\", found \"words\""),
+        "{stderr}"
     );
 }

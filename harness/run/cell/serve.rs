@@ -3,7 +3,7 @@
 
 use super::guard::{Launched, Stop};
 use super::{AttemptCx, EXIT_SETTLE, Facts, Halt, Trouble, error_chain, fill_metrics, round3};
-use crate::engines::{self, ResolvedServer};
+use crate::engines::{self, AnswerCheck, ResolvedServer};
 use crate::exec::listeners::{self, Holder};
 use crate::exec::process::{self, SharedLog};
 use crate::exec::procfs::Selector;
@@ -45,7 +45,12 @@ pub(super) async fn server(
         crate::env::EnvVars::GPUCOMPAT_PORT.to_owned(),
         port.to_string(),
     ));
-    env.extend(resolved.env.iter().cloned());
+    // The engine's defaults, unless the cell's environment (its matrix's `[env]`) names them.
+    for (key, value) in &resolved.env {
+        if !env.iter().any(|(k, _)| k == key) {
+            env.push((key.clone(), value.clone()));
+        }
+    }
     let (line_seen, reported) = watch_log(&cx.log, resolved);
     let mut launched = cx.start(resolved.command.replace("{port}", &port.to_string()), env)?;
     let serving = Serving {
@@ -88,7 +93,11 @@ async fn serve(
     let answer = infer(cx, facts, launched, s).await?;
     keep_answer(cx, facts, &answer);
     facts.phase = Phase::Validate;
-    server::validate(&answer.text, s.resolved.expect.as_ref()).map_err(|reason| {
+    let checked = match s.resolved.check {
+        AnswerCheck::Text => server::validate(&answer.text, s.resolved.expect.as_ref()),
+        AnswerCheck::Tokens => server::validate_tokens(&answer, s.resolved.max_tokens),
+    };
+    checked.map_err(|reason| {
         cx.note(&format!("answer rejected: {reason}"));
         Trouble::Invalid(reason).into()
     })
@@ -164,15 +173,24 @@ async fn infer(
     launched: &mut Launched,
     s: &Serving<'_>,
 ) -> Result<Answer, Halt> {
+    let shared = cx.shared;
+    let http = &shared.http;
+    let served = if s.resolved.discover_model {
+        server::served_model(http, s.port).await
+    } else {
+        None
+    };
+    if let Some(name) = &served {
+        cx.note(&format!("asking for the served model `{name}` (from /v1/models)"));
+    }
     let request = Request {
         port: s.port,
         endpoint: &s.resolved.endpoint,
-        model: s.resolved.model.as_deref(),
+        model: served.as_deref().or(s.resolved.model.as_deref()),
         prompt: &s.resolved.prompt,
         max_tokens: s.resolved.max_tokens,
+        ignore_eos: s.resolved.check == AnswerCheck::Tokens,
     };
-    let shared = cx.shared;
-    let http = &shared.http;
     match cx
         .guard(
             server::complete(http, &request),
