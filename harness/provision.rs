@@ -177,7 +177,7 @@ impl EnvSpec {
             None => None,
         };
         let mut spec = EnvSpec::new(plan, python, requirements, &cell.pins);
-        spec.site = python
+        spec.site = cell
             .site
             .iter()
             .map(|p| SiteEntry::read(absolute(&plan.dir.join(p))))
@@ -351,8 +351,8 @@ impl EnvSpec {
         let lines: Vec<String> = folders
             .iter()
             .map(|folder| {
-                let literal = serde_json::to_string(&folder.display().to_string())
-                    .unwrap_or_default();
+                let literal =
+                    serde_json::to_string(&folder.display().to_string()).unwrap_or_default();
                 shell_quote(&format!("import site; site.addsitedir({literal})"))
             })
             .collect();

@@ -77,6 +77,9 @@ pub struct Cell {
     /// Base requirement file from `[python] requirements`, rendered for this cell, relative to
     /// the matrix file's folder.
     pub requirements: Option<PathBuf>,
+    /// `[python] site` entries rendered for this cell, relative to the matrix file's folder.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub site: Vec<PathBuf>,
     /// The `[[expect]]` rule that covers this cell, if any (the first that matches).
     pub expectation: Option<ExpectationRef>,
 }

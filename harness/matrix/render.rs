@@ -74,6 +74,14 @@ impl<'a> Templates<'a> {
         if let Some(python) = &raw.python {
             add(&python.requirements, "requirements", Scope::Cell);
         }
+        for entry in raw.python.iter().flat_map(|p| &p.site) {
+            all.push(FieldTemplate {
+                field: entry,
+                what: "site",
+                scope: Scope::Cell,
+                parsed: Template::parse(&entry.value),
+            });
+        }
         let mut templates = Templates { all };
         for (_, value) in &raw.env {
             templates.all.push(FieldTemplate {
@@ -281,6 +289,15 @@ impl Checker<'_, '_> {
             .and_then(|p| templates.get(&p.requirements))
             .map(|t| PathBuf::from(cx.render(t)))
             .filter(|p| !p.as_os_str().is_empty());
+        // `[python] site`, rendered: an entry that renders empty is left out.
+        let site = raw
+            .python
+            .iter()
+            .flat_map(|p| &p.site)
+            .filter_map(|entry| templates.find(entry))
+            .map(|t| PathBuf::from(cx.render(t)))
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect();
         ok.then(|| Cell {
             // The caller moves the id in.
             id: CellId(String::new()),
@@ -293,6 +310,7 @@ impl Checker<'_, '_> {
             no_progress,
             cache,
             requirements,
+            site,
             expectation: None,
         })
     }

@@ -85,10 +85,14 @@ no-progress = "30s"
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(0), "{stderr}");
     for record in records(&out) {
-        let log = std::fs::read_to_string(out.join(record["log"].as_str().expect("log")))
-            .expect("log");
+        let log =
+            std::fs::read_to_string(out.join(record["log"].as_str().expect("log"))).expect("log");
         assert_eq!(record["status"], "pass", "{record}\n{log}");
-        let served = if record["id"] == "vllm" { "tiny" } else { "/models/tiny-qwen3moe" };
+        let served = if record["id"] == "vllm" {
+            "tiny"
+        } else {
+            "/models/tiny-qwen3moe"
+        };
         assert!(
             log.contains(&format!("asking for the served model `{served}`")),
             "{log}"
@@ -101,7 +105,10 @@ no-progress = "30s"
             "ready only once /health answers: {record}"
         );
         if record["id"] == "sglang" {
-            assert!(log.contains("couldn't get a response from detokenizer"), "{log}");
+            assert!(
+                log.contains("couldn't get a response from detokenizer"),
+                "{log}"
+            );
         }
     }
 }
@@ -406,7 +413,11 @@ fn an_unknown_answer_check_is_bad_input() {
         "m.toml",
         "engine = \"vllm\"\n[matrix]\nfi = [\"0.6.3\"]\n[server]\nmodel = \"m\"\ncheck = \"words\"\n",
     );
-    let out = gpucompat().arg("check").arg(&matrix).output().expect("runs");
+    let out = gpucompat()
+        .arg("check")
+        .arg(&matrix)
+        .output()
+        .expect("runs");
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

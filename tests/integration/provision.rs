@@ -345,8 +345,8 @@ timeout = "2m"
             .output()
             .expect("run");
         let record = records(&out).swap_remove(0);
-        let log = std::fs::read_to_string(out.join(record["log"].as_str().expect("log")))
-            .expect("log");
+        let log =
+            std::fs::read_to_string(out.join(record["log"].as_str().expect("log"))).expect("log");
         (status.status.code(), record, log)
     };
     let (code, record, log) = run("run1");

@@ -181,7 +181,9 @@ async fn infer(
         None
     };
     if let Some(name) = &served {
-        cx.note(&format!("asking for the served model `{name}` (from /v1/models)"));
+        cx.note(&format!(
+            "asking for the served model `{name}` (from /v1/models)"
+        ));
     }
     let request = Request {
         port: s.port,
