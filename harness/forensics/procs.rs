@@ -21,7 +21,7 @@ pub(super) fn snapshot(info: &ProcInfo) -> ProcSnapshot {
         .map(|c| c.trim_end().to_owned())
         .unwrap_or_default();
     let cmdline = read(pid, "cmdline")
-        .map(|c| c.trim_end_matches('\0').replace('\0', " "))
+        .map(|c| c.trim_end_matches('\0').replace(['\0', '\n', '\r'], " "))
         .unwrap_or_default();
     // `0` means running (or the kernel hides it); an empty file the same.
     let wchan = read(pid, "wchan").filter(|w| !w.is_empty() && w != "0");

@@ -5,7 +5,9 @@ use super::{HangCapture, stacks};
 use std::fmt::Write as _;
 
 /// Frames shown per thread in the log.
-const LOG_FRAMES: usize = 12;
+const LOG_FRAMES: usize = 10;
+/// Threads shown per process in the log (those with Python frames first); `hang.json` has all.
+const LOG_THREADS: usize = 4;
 
 /// The log section (without the `[gpucompat]` prefix, which the log's note adds to each line).
 pub fn log_section(c: &HangCapture, file: &str) -> String {
@@ -85,7 +87,18 @@ pub fn log_section(c: &HangCapture, file: &str) -> String {
         if let Some(note) = &p.stack_note {
             let _ = writeln!(s, "    (no stack: {note})");
         }
-        for t in &p.stacks {
+        let mut shown: Vec<&super::ThreadStack> = p.stacks.iter().collect();
+        // Threads with Python frames say the most; a torch process has dozens of idle others.
+        shown.sort_by_key(|t| t.frames.iter().all(|f| f.native));
+        if shown.len() > LOG_THREADS {
+            let _ = writeln!(
+                s,
+                "    ({} threads; the first {LOG_THREADS} with Python frames shown, all in the capture file)",
+                shown.len()
+            );
+            shown.truncate(LOG_THREADS);
+        }
+        for t in shown {
             let _ = writeln!(
                 s,
                 "    thread {}{}",
