@@ -188,11 +188,16 @@ pub fn group(procs: &[ProcSnapshot]) -> Vec<Group> {
             }),
         }
     }
+    // A process waiting for its own child is less telling than the child: among groups of one
+    // size, those with a process whose children were not captured (a leaf) come first.
+    let parents: Vec<i32> = procs.iter().map(|p| p.ppid).collect();
+    let leafy = |g: &Group| g.pids.iter().any(|pid| !parents.contains(pid));
     groups.sort_by(|a, b| {
         b.pids
             .len()
             .cmp(&a.pids.len())
             .then(b.python.cmp(&a.python))
+            .then(leafy(b).cmp(&leafy(a)))
     });
     groups
 }
