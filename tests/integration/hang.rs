@@ -459,3 +459,39 @@ fn wheelhouse() -> PathBuf {
     }
     dir
 }
+
+#[test]
+fn hang_eight_workers_on_one_jit_lock_are_one_group_and_a_slow_compile() {
+    let scene = scene(
+        &format!("{} {} 8", python(), fixture("jit_lock.py")),
+        "4s",
+        "60s",
+    );
+    let hung = run(&scene, &[]);
+    assert_eq!(hung.record["signature"], "timeout");
+    assert_eq!(hung.record["hang"]["decided_by"], "busy_compiler");
+    let groups = hung.capture["groups"].as_array().expect("groups");
+    let waiting = &groups[0];
+    assert_eq!(
+        waiting["pids"].as_array().map(Vec::len),
+        Some(7),
+        "{groups:#?}"
+    );
+    assert_eq!(waiting["frames"][0], "jit_lock:acquire");
+    assert_eq!(waiting["frames"][1], "jit_lock:build");
+    assert_eq!(
+        hung.record["hang"]["summary"],
+        "7 processes in `jit_lock:acquire` <- `jit_lock:build` <- `jit_lock:<module>`"
+    );
+    let evidence = hung.record["hang"]["evidence"].as_str().expect("evidence");
+    assert!(
+        evidence.starts_with("7 process(es) wait on `"),
+        "{evidence}"
+    );
+    assert!(evidence.contains("kernel.lock"), "{evidence}");
+    let took = hung.capture["took_s"].as_f64().expect("took_s");
+    println!(
+        "hang capture took {took:.3}s ({} processes, 9 Python, py-spy --native)",
+        procs(&hung.capture).len()
+    );
+}
