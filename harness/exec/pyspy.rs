@@ -150,6 +150,15 @@ fn install(source: &Source, dir: &Path, deadline: Instant) -> Result<(), String>
         Err(err @ ProbeError::Timeout { .. }) => Err(format!(
             "installing py-spy did not finish within the capture's budget ({err})"
         )),
+        // pip's last line says why (`No matching distribution found for py-spy`).
+        Err(ProbeError::Failed { status, stderr, .. }) => Err(format!(
+            "cannot install py-spy ({status}): {}",
+            stderr
+                .lines()
+                .rfind(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
+        )),
         Err(err) => Err(format!("cannot install py-spy: {err}")),
     };
     let _ = std::fs::remove_dir_all(&staging);

@@ -30,7 +30,7 @@ pub fn log_section(c: &HangCapture, file: &str) -> String {
         let _ = writeln!(s, "  {} (pid {pids})", stacks::describe(g));
     }
     for l in &c.locks {
-        let waiting = super::verdict::waiters(l);
+        let waiting = super::verdict::waiters(c, l);
         let _ = writeln!(
             s,
             "  lock {}: {}; waiting: {}",

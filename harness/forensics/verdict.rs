@@ -75,10 +75,12 @@ fn collective_frame(label: &str) -> bool {
         .any(|w| l.contains(w))
 }
 
+/// The collective frame of the thread that says where the process is. Only that thread: every
+/// rank of an NCCL job has a watchdog thread in `c10d` code, stuck or not.
 fn in_collective(p: &ProcSnapshot) -> Option<&str> {
-    p.stacks
+    stacks::telling_thread(&p.stacks)?
+        .frames
         .iter()
-        .flat_map(|t| t.frames.iter())
         .find(|f| collective_frame(&f.label))
         .map(|f| f.label.as_str())
 }
@@ -151,7 +153,7 @@ fn busy_compiler(capture: &HangCapture) -> Option<HangVerdict> {
     let evidence = match held {
         Some(lock) => format!(
             "{} process(es) wait on `{}` held by pid {}, whose `{}` (pid {}) used {:.2}s of CPU during the capture: a slow compile, not a deadlock",
-            waiters(lock).len(),
+            waiters(capture, lock).len(),
             lock.path,
             lock.holder.unwrap_or_default(),
             compiler.comm,
@@ -170,11 +172,17 @@ fn busy_compiler(capture: &HangCapture) -> Option<HangVerdict> {
     })
 }
 
-/// The processes waiting for a lock: the kernel's waiters, and the others that have its file open
-/// (Python's `filelock` polls with non-blocking tries, so its waiters never show as blocked).
-pub fn waiters(lock: &LockFile) -> Vec<i32> {
+/// The processes waiting for a lock: the kernel's waiters, the others that have its file open,
+/// and processes whose stack is in Python's `filelock` (which polls with non-blocking tries and
+/// closes the file between them, so its waiters are neither blocked nor holding the file).
+pub fn waiters(capture: &HangCapture, lock: &LockFile) -> Vec<i32> {
     let mut pids = lock.waiters.clone();
-    for &p in &lock.openers {
+    let polling = capture.processes.iter().filter(|p| {
+        stacks::top_frames(p)
+            .iter()
+            .any(|f| f.starts_with("filelock."))
+    });
+    for p in lock.openers.iter().copied().chain(polling.map(|p| p.pid)) {
         if Some(p) != lock.holder && !pids.contains(&p) {
             pids.push(p);
         }
@@ -192,7 +200,7 @@ fn by_watchdog(capture: &HangCapture, watchdog: Verdict) -> HangVerdict {
     let lock = capture
         .locks
         .iter()
-        .find(|l| l.holder.is_some() && !waiters(l).is_empty());
+        .find(|l| l.holder.is_some() && !waiters(capture, l).is_empty());
     let mut parts = Vec::new();
     if let Some(g) = capture.groups.first() {
         parts.push(stacks::describe(g));
@@ -206,7 +214,7 @@ fn by_watchdog(capture: &HangCapture, watchdog: Verdict) -> HangVerdict {
         };
         parts.push(format!(
             "{} process(es) wait on `{}` held by pid {holder} ({state})",
-            waiters(l).len(),
+            waiters(capture, l).len(),
             l.path
         ));
     }
@@ -283,6 +291,21 @@ mod tests {
             vec![],
         );
         assert_eq!(decide(&c, Verdict::Deadlock).signature, Signature::Deadlock);
+        // Every NCCL rank has a watchdog thread in c10d code: it does not make a hang collective.
+        let mut rank = with_frame(11, 1, "model:forward");
+        rank.stacks.push(ThreadStack {
+            thread: Some("pt_nccl_watchdg".to_owned()),
+            tid: None,
+            active: None,
+            frames: vec![Frame {
+                label: "c10d::ProcessGroupNCCL::Watchdog::run".to_owned(),
+                file: String::new(),
+                line: 0,
+                native: true,
+            }],
+        });
+        let c = capture(vec![rank], vec![]);
+        assert_eq!(decide(&c, Verdict::Deadlock).signature, Signature::Deadlock);
     }
 
     #[test]
@@ -298,7 +321,9 @@ mod tests {
             mode: Some("WRITE".to_owned()),
             holder: Some(11),
             waiters: vec![],
-            openers: vec![11, 12, 13],
+            // Python's filelock closes the file between tries: only the holder has it open, the
+            // waiters are known by their frames.
+            openers: vec![11],
         };
         let procs = vec![
             with_frame(11, 1, "flashinfer.jit.cpp_ext:run_ninja"),

@@ -51,7 +51,7 @@ pub(crate) fn section(c: &HangCapture) -> Markup {
                         li {
                             "lock " code { (l.path) } ": "
                             @match l.holder { Some(h) => { "held by pid " (h) }, None => "held by nobody" }
-                            @let waiting = verdict::waiters(l);
+                            @let waiting = verdict::waiters(c, l);
                             @if !waiting.is_empty() { "; waiting: " (waiting.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")) }
                         }
                     }
