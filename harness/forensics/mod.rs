@@ -339,13 +339,26 @@ fn python_stacks(req: &Request, out: &mut HangCapture, deadline: Instant) {
         }
         Err(why) => out.stacks_by = format!("py-spy unavailable: {why}"),
     }
-    for p in out.processes.iter_mut().filter(|p| p.python) {
-        match &tool {
-            Ok(t) => dump_one(t, p, deadline),
-            Err(_) => faulthandler(p),
+    let python: Vec<&mut ProcSnapshot> = out.processes.iter_mut().filter(|p| p.python).collect();
+    match &tool {
+        // Dumps run side by side, a few at a time: each pauses only its own process, and eight
+        // ranks of a torch job take a while each with native frames.
+        Ok(t) => {
+            let mut python = python;
+            for chunk in python.chunks_mut(PARALLEL_DUMPS) {
+                std::thread::scope(|scope| {
+                    for p in chunk.iter_mut() {
+                        scope.spawn(|| dump_one(t, p, deadline));
+                    }
+                });
+            }
         }
+        Err(_) => python.into_iter().for_each(faulthandler),
     }
 }
+
+/// py-spy dumps run at once.
+const PARALLEL_DUMPS: usize = 8;
 
 fn dump_one(tool: &PySpy, p: &mut ProcSnapshot, deadline: Instant) {
     let mut last_err = String::new();

@@ -246,7 +246,7 @@ fn hang_flock_waiter_names_the_lock_and_its_idle_holder() {
     assert_eq!(lock["waiters"][0].as_i64(), Some(pid(waiter)));
     let evidence = hung.record["hang"]["evidence"].as_str().expect("evidence");
     assert!(
-        evidence.contains(&format!("1 process(es) wait on `"))
+        evidence.contains("1 process(es) wait on `")
             && evidence.contains(&format!("held by pid {} (idle", pid(holder))),
         "{evidence}"
     );
