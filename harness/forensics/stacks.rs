@@ -190,6 +190,7 @@ pub fn group(procs: &[ProcSnapshot]) -> Vec<Group> {
     }
     // A process waiting for its own child is less telling than the child: among groups of one
     // size, those with a process whose children were not captured (a leaf) come first.
+    // multiprocessing's own helpers (resource tracker, fork server) wait by design: last.
     let parents: Vec<i32> = procs.iter().map(|p| p.ppid).collect();
     let leafy = |g: &Group| g.pids.iter().any(|pid| !parents.contains(pid));
     groups.sort_by(|a, b| {
@@ -197,9 +198,19 @@ pub fn group(procs: &[ProcSnapshot]) -> Vec<Group> {
             .len()
             .cmp(&a.pids.len())
             .then(b.python.cmp(&a.python))
+            .then(helper(a).cmp(&helper(b)))
             .then(leafy(b).cmp(&leafy(a)))
     });
     groups
+}
+
+/// A group of multiprocessing's helper processes.
+fn helper(g: &Group) -> bool {
+    g.frames.iter().any(|f| {
+        f.starts_with("multiprocessing.resource_tracker")
+            || f.starts_with("multiprocessing.forkserver")
+            || f.starts_with("multiprocessing.semaphore_tracker")
+    })
 }
 
 /// "7 processes in `a` <- `b`" for a group.
@@ -277,6 +288,25 @@ mod tests {
             busy: true,
             ..ProcSnapshot::bare(9)
         };
+        let tracker = ProcSnapshot {
+            stacks: vec![ThreadStack {
+                thread: Some("MainThread".to_owned()),
+                tid: None,
+                active: None,
+                frames: vec![Frame {
+                    label: "multiprocessing.resource_tracker:main".to_owned(),
+                    file: "resource_tracker.py".to_owned(),
+                    line: 1,
+                    native: false,
+                }],
+            }],
+            ..ProcSnapshot::bare(4)
+        };
+        let mut stuck = waiting(5);
+        stuck.stacks[0].frames[0].label = "threading:Event.wait".to_owned();
+        // Equal sizes: the helper goes after the process that is really stuck.
+        let ones = group(&[tracker.clone(), stuck]);
+        assert_eq!(ones[0].frames, vec!["threading:Event.wait"]);
         let groups = group(&[waiting(1), ninja, waiting(2), waiting(3)]);
         assert_eq!(groups.len(), 2);
         assert_eq!(

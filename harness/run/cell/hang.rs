@@ -35,14 +35,14 @@ impl Captured {
             return;
         };
         found.signature = v.signature;
+        // Only Python frames make a stable fingerprint; a process's kernel wait alone does not.
         let summary = self.summary();
-        if !summary.frames.is_empty() || !self.capture.groups.is_empty() {
-            let place = if summary.frames.is_empty() {
-                self.capture.groups[0].place.replace('`', "")
-            } else {
+        if !summary.frames.is_empty() {
+            found.fingerprint = Some(format!(
+                "{} in {}",
+                v.signature,
                 summary.frames.join(" <- ")
-            };
-            found.fingerprint = Some(format!("{} in {place}", v.signature));
+            ));
         }
         let said = found.explanation.take().unwrap_or_default();
         found.explanation = Some(format!(
