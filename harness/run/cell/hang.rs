@@ -76,7 +76,21 @@ impl AttemptCx<'_> {
             tools: self.tool_source(),
         };
         let task = tokio::task::spawn_blocking(move || forensics::capture(&request));
-        let mut capture = match tokio::time::timeout(budget, task).await {
+        // Ctrl-C does not wait for the capture: teardown comes first.
+        let cancel = &mut self.cancel;
+        let cancelled = async {
+            if cancel.wait_for(|c| *c).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let taken = tokio::select! {
+            taken = tokio::time::timeout(budget, task) => taken,
+            () = cancelled => {
+                self.note("hang capture abandoned: interrupted");
+                return;
+            }
+        };
+        let mut capture = match taken {
             Ok(Ok(capture)) => capture,
             Ok(Err(err)) => {
                 self.note(&format!("hang capture failed: {err}"));
