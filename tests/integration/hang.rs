@@ -173,6 +173,14 @@ fn hang_threads_deadlocked_on_two_locks_are_named_by_their_frames() {
         "{}",
         hung.log
     );
+    // The classifier never reads the section as the cell's failure: the log alone names nothing.
+    let classified = crate::util::gpucompat()
+        .args(["classify", "--format", "jsonl"])
+        .arg(scene.out().join("logs/hang.log"))
+        .output()
+        .expect("classify");
+    let classified: Value = serde_json::from_slice(&classified.stdout).expect("jsonl");
+    assert_eq!(classified["signature"], "unknown", "{classified}");
     // The cell page shows the grouped table.
     let page = std::fs::read_to_string(scene.out().join("cells/hang.html")).expect("cell page");
     assert!(page.contains("Hang: where the processes were"), "{page}");
@@ -359,11 +367,8 @@ fn hang_capture_never_holds_teardown_past_its_budget() {
         "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'py-spy 0.0.0 (slow)'; exit 0; fi\nexec sleep 60\n",
     )
     .expect("write");
-    #[allow(clippy::disallowed_methods, reason = "test setup")]
-    let _ = std::process::Command::new("chmod")
-        .arg("+x")
-        .arg(&slow)
-        .status();
+    std::fs::set_permissions(&slow, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
     let slow = slow.display().to_string();
     let hung = run(
         &scene,
