@@ -500,3 +500,29 @@ fn hang_eight_workers_on_one_jit_lock_are_one_group_and_a_slow_compile() {
         procs(&hung.capture).len()
     );
 }
+
+#[test]
+fn hang_after_a_fatal_error_keeps_the_logs_root_cause_and_says_so() {
+    let scene = scene(
+        &format!(
+            "echo 'RuntimeError: CUDA error: an illegal memory access was encountered'; exec {} {}",
+            python(),
+            fixture("locks.py")
+        ),
+        "60s",
+        "1s",
+    );
+    let hung = run(&scene, &[]);
+    assert_eq!(hung.record["signature"], "illegal_address");
+    let hang = &hung.record["hang"];
+    assert_eq!(hang["decided_by"], "log", "{hang:#}");
+    assert_eq!(hang["frames"][0], "locks:take_b_then_a");
+    assert!(
+        !hung.record["fingerprint"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("deadlock in"),
+        "{}",
+        hung.record["fingerprint"]
+    );
+}

@@ -27,12 +27,13 @@ impl Captured {
     /// Names a hang the watchdog decided by the capture's evidence: a collective
     /// (`collective_timeout`), a busy compiler (`timeout`), or the watchdog's verdict described;
     /// its fingerprint is where the processes were, so two different hangs are two failures.
-    pub(super) fn refine(&self, found: &mut Classification) {
+    /// False when the log named an error before the hang: that stays the root cause.
+    pub(super) fn refine(&self, found: &mut Classification) -> bool {
         if !matches!(found.signature, Signature::Deadlock | Signature::Timeout) {
-            return; // the log named an error before the hang: it is the root cause
+            return false;
         }
         let Some(v) = &self.capture.verdict else {
-            return;
+            return false;
         };
         found.signature = v.signature;
         // Only Python frames make a stable fingerprint; a process's kernel wait alone does not.
@@ -51,6 +52,20 @@ impl Captured {
             <&str>::from(v.decided_by),
             v.evidence
         ));
+        true
+    }
+
+    /// The record's summary; when the log decided, it says so instead of the capture's verdict.
+    pub(super) fn summary_after(&self, refined: bool, found: &Classification) -> HangSummary {
+        let mut summary = self.summary();
+        if !refined {
+            summary.decided_by = Some("log".to_owned());
+            summary.evidence = Some(format!(
+                "the log names an error before the hang ({}); the capture only says where the processes were",
+                found.signature
+            ));
+        }
+        summary
     }
 }
 

@@ -421,7 +421,8 @@ async fn run_attempt(
     let failure = trouble.map(|trouble| {
         let mut failure = failure(shared, &log_path, trouble, facts.exit);
         if let (Trouble::Watchdog(_), Some(captured)) = (&failure.trouble, &captured) {
-            captured.refine(&mut failure.classification);
+            let refined = captured.refine(&mut failure.classification);
+            facts.hang = Some(captured.summary_after(refined, &failure.classification));
         }
         failure
     });
