@@ -133,6 +133,7 @@ fn write_run(dir: &Path, night: usize) {
                         expectation: None,
                         started_at: None,
                         leaked: 0,
+                        hang: None,
                         format_version: 1,
                     });
                     plan_cells.push(json!({"id": id, "values": values, "env": [],

@@ -348,6 +348,7 @@ mod tests {
             expectation: None,
             started_at: None,
             leaked: 0,
+            hang: None,
             format_version: 1,
         }
     }

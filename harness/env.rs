@@ -17,6 +17,12 @@ impl EnvVars {
     pub const GPUCOMPAT_CACHE_DIR: &'static str = "GPUCOMPAT_CACHE_DIR";
     /// `uv` or `pip`: the installer environments are made with (default: uv when on `PATH`).
     pub const GPUCOMPAT_INSTALLER: &'static str = "GPUCOMPAT_INSTALLER";
+    /// Budget of the capture taken when the watchdog calls a hang, before teardown (humantime,
+    /// default `20s`; `0` turns the capture off).
+    pub const GPUCOMPAT_HANG_CAPTURE: &'static str = "GPUCOMPAT_HANG_CAPTURE";
+    /// The `py-spy` the hang capture uses (a path), or `off`; default: one on `PATH`, else one
+    /// installed into the cache's `tools/` from the matrix's wheelhouse or the index.
+    pub const GPUCOMPAT_PY_SPY: &'static str = "GPUCOMPAT_PY_SPY";
     /// A `tracing` filter for the harness's own diagnostics on stderr (off by default).
     pub const GPUCOMPAT_LOG: &'static str = "GPUCOMPAT_LOG";
     /// Set by CI systems: no live progress bar, plain lines instead.
@@ -102,6 +108,8 @@ impl EnvVars {
         Self::GPUCOMPAT_CACHE_DIR,
         Self::GPUCOMPAT_INSTALLER,
         Self::GPUCOMPAT_LOG,
+        Self::GPUCOMPAT_HANG_CAPTURE,
+        Self::GPUCOMPAT_PY_SPY,
         Self::CI,
         Self::XDG_CACHE_HOME,
         Self::XDG_RUNTIME_DIR,

@@ -44,6 +44,7 @@ pub mod env;
 pub mod errors;
 pub mod exec;
 pub mod filter;
+pub mod forensics;
 pub mod gate;
 pub mod github;
 mod http;

@@ -207,8 +207,32 @@ pub struct CellRecord {
     /// Processes of the cell still running after its main process exited (killed at teardown).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub leaked: u32,
+    /// Where the processes were stuck when the watchdog called a hang (docs/hang.md); absent
+    /// when the last attempt was not stopped by the watchdog or the capture was off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hang: Option<HangSummary>,
     #[serde(default = "default_format_version")]
     pub format_version: u32,
+}
+
+/// A hang capture in short: the dominant place and the evidence that decided the signature.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HangSummary {
+    /// "3 processes in `threading:Condition.wait` <- `threading:Event.wait` <- `probe:worker`".
+    pub summary: String,
+    /// The dominant group's top frames (`module:function`, top first).
+    #[serde(default)]
+    pub frames: Vec<String>,
+    /// Processes of the cell at the capture.
+    #[serde(default)]
+    pub processes: u32,
+    /// Which evidence decided the signature: `collective_stacks`, `busy_compiler`, `watchdog`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
+    /// The full capture (`hang.json`), relative to the run folder.
+    pub capture: String,
 }
 
 fn is_zero(n: &u32) -> bool {

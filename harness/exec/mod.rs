@@ -13,6 +13,7 @@
 //! - [`reaper`]: a guardian process that kills every cell process if the harness dies, even by
 //!   SIGKILL, when the pipe it listens on closes.
 //! - [`probe`]: short synchronous commands whose output is captured (`nvidia-smi`).
+//! - [`pyspy`]: py-spy for hang captures (found, or installed into the tool cache) and its dumps.
 #![allow(
     clippy::disallowed_methods,
     reason = "exec is the one module that starts processes"
@@ -24,4 +25,5 @@ pub mod logsink;
 pub mod probe;
 pub mod process;
 pub mod procfs;
+pub mod pyspy;
 pub mod reaper;

@@ -403,7 +403,12 @@ fn metric_row(name: &str, value: Option<String>) -> Markup {
 }
 
 /// Renders one cell's page (`cells/<id>.html`); `full_log` is the (bounded) log text.
-pub(crate) fn cell_page(ctx: &ReportContext, cell: &CellEntry, full_log: Option<&str>) -> String {
+pub(crate) fn cell_page(
+    ctx: &ReportContext,
+    cell: &CellEntry,
+    full_log: Option<&str>,
+    hang: Option<Markup>,
+) -> String {
     let m = &cell.metrics;
     let secs = |v: Option<f64>| v.map(seconds);
     let page = html! {
@@ -476,6 +481,7 @@ pub(crate) fn cell_page(ctx: &ReportContext, cell: &CellEntry, full_log: Option<
                         (metric_row("provision", secs(m.provision_s)))
                     }
                 }
+                @if let Some(hang) = hang { (hang) }
                 @if let Some(excerpt) = &cell.excerpt {
                     h2 { "Root cause" }
                     p.meta { @match excerpt.source {

@@ -13,6 +13,7 @@ mod bisects;
 mod context;
 mod csv;
 mod error;
+mod hang;
 mod html;
 mod json;
 mod junit;

@@ -18,7 +18,7 @@ use super::error::{ReportError, write_err};
 use super::load::{LoadedRun, load_runs};
 use super::text::visible;
 use super::view::{Counts, ReportContext};
-use super::{csv, html, json, junit, logs, markdown, plots};
+use super::{csv, hang, html, json, junit, logs, markdown, plots};
 use crate::record::CellRecord;
 use crate::run::folder::{MANIFEST, RESULTS};
 use std::fs;
@@ -183,6 +183,7 @@ pub(crate) fn render_loaded(
     let mut logs_copied = 0;
     for cell in &ctx.cells {
         let mut full = None;
+        let hang = cell.log.as_ref().and_then(|l| hang::load(&l.source));
         if let Some(log) = &cell.log {
             if log.copy {
                 let dest = out.join(&log.href);
@@ -194,7 +195,13 @@ pub(crate) fn render_loaded(
         write(
             out,
             &cell.page,
-            html::cell_page(&ctx, cell, full.as_deref()).as_bytes(),
+            html::cell_page(
+                &ctx,
+                cell,
+                full.as_deref(),
+                hang.as_ref().map(hang::section),
+            )
+            .as_bytes(),
         )?;
     }
     logs_copied += copy_probe_logs(&ctx, out)?;

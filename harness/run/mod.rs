@@ -232,6 +232,7 @@ fn unrun_record(
         expectation: cell.expectation.clone(),
         started_at: Some(now()),
         leaked: 0,
+        hang: None,
         format_version: FORMAT_VERSION,
     }
 }

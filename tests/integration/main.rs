@@ -13,6 +13,7 @@ mod demo;
 mod engines;
 mod gate;
 mod github;
+mod hang;
 mod hardening;
 mod matrix;
 mod matrix_cli;

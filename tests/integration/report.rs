@@ -91,6 +91,7 @@ fn rec(
         expectation: None,
         started_at: None,
         leaked: 0,
+        hang: None,
         format_version: 1,
     }
 }

@@ -99,7 +99,17 @@ impl AttemptCx<'_> {
             () = tokio::time::sleep_until(deadline) => Cut::Deadline,
             () = cancelled => Cut::Cancelled,
         };
-        Stop::Halted(self.halt(cut, facts))
+        let hang = match &cut {
+            Cut::Idle(_) => Some(crate::forensics::Trigger::NoProgress),
+            Cut::Deadline => Some(crate::forensics::Trigger::Deadline),
+            Cut::Cancelled | Cut::WaitFailed(_) => None,
+        };
+        let halt = self.halt(cut, facts);
+        // Where every process is stuck, before teardown destroys it (bounded; see `hang`).
+        if let Some(trigger) = hang {
+            self.capture_hang(launched, trigger).await;
+        }
+        Stop::Halted(halt)
     }
 
     /// Notes why a guarded wait was cut short and says how the attempt ends.

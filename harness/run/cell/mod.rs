@@ -11,6 +11,7 @@
 
 mod env;
 mod guard;
+mod hang;
 mod serve;
 
 use super::folder::log_relative;
@@ -120,6 +121,8 @@ struct Facts {
     exit: Option<Exit>,
     metrics: Metrics,
     leaked: usize,
+    /// Where the processes were stuck, when the watchdog stopped the attempt.
+    hang: Option<crate::record::HangSummary>,
 }
 
 /// An attempt that ran to its end (an interrupted one has none).
@@ -155,6 +158,10 @@ struct AttemptCx<'a> {
     attempt: u32,
     log: SharedLog,
     cancel: watch::Receiver<bool>,
+    /// The cell's GPUs (indices), for the hang capture's `nvidia-smi`.
+    gpus: Vec<u32>,
+    /// The hang capture, when the watchdog stopped the attempt.
+    hang: Option<hang::Captured>,
 }
 
 impl AttemptCx<'_> {
@@ -281,6 +288,7 @@ fn record(
         expectation: cell.expectation.clone(),
         started_at: Some(humantime::format_rfc3339_seconds(started).to_string()),
         leaked: u32::try_from(facts.leaked).unwrap_or(u32::MAX),
+        hang: facts.hang,
         format_version: FORMAT_VERSION,
     }
 }
@@ -375,6 +383,7 @@ async fn run_attempt(
         exit: None,
         metrics: Metrics::default(),
         leaked: 0,
+        hang: None,
     };
     let sink = match LogSink::create(&log_path, shared.limits) {
         Ok(sink) => sink,
@@ -393,6 +402,8 @@ async fn run_attempt(
         attempt,
         log: Arc::new(Mutex::new(sink)),
         cancel,
+        gpus: gpus.iter().map(|g| g.index).collect(),
+        hang: None,
     };
     let ran = run_phases(&mut cx, &mut facts, gpus).await;
     // Close the log (its kept tail is written now) before the classifier reads it.
@@ -405,7 +416,16 @@ async fn run_attempt(
         (Ok(()), Ok(())) => None,
         (Err(Halt::Failed(trouble)), Ok(())) => Some(trouble),
     };
-    let failure = trouble.map(|trouble| failure(shared, &log_path, trouble, facts.exit));
+    let captured = cx.hang.take();
+    facts.hang = captured.as_ref().map(hang::Captured::summary);
+    let failure = trouble.map(|trouble| {
+        let mut failure = failure(shared, &log_path, trouble, facts.exit);
+        if let (Trouble::Watchdog(_), Some(captured)) = (&failure.trouble, &captured) {
+            let refined = captured.refine(&mut failure.classification);
+            facts.hang = Some(captured.summary_after(refined, &failure.classification));
+        }
+        failure
+    });
     Some(Attempt {
         facts,
         log: log_rel,
