@@ -110,10 +110,14 @@ fn the_demo_replays_every_recorded_gpu_run_to_its_recorded_verdict() {
         .collect();
     assert!(missing.is_empty(), "not replayed by demo.toml: {missing:?}");
     // ...and the pipeline, reading only the replayed log and exit, reaches the recorded verdict.
+    // A recording the classifier of its day could not name (`unknown`) may be named now: the
+    // classifier learns from what the GPU runs found. Its status must still be the recorded one.
     for (cell, verdict) in &recorded {
-        assert_eq!(
-            &replayed[cell], verdict,
-            "{cell}: replay differs from the recording"
+        let learned = verdict.1 == "unknown" && replayed[cell].0 == verdict.0;
+        assert!(
+            learned || &replayed[cell] == verdict,
+            "{cell}: replay {:?} differs from the recording {verdict:?}",
+            replayed[cell]
         );
     }
     // The replayed logs are the recorded ones (not the harness's old notes), under a header.
