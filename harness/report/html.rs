@@ -434,7 +434,10 @@ pub(crate) fn cell_page(ctx: &ReportContext, cell: &CellEntry, full_log: Option<
                         dt { "fingerprint" } dd { code { (fp) } @if cell.new_fingerprint { " " strong { "(new tonight)" } } }
                     }
                     dt { "attempts" } dd { (cell.attempts) }
-                    dt { "duration" } dd { (seconds(cell.duration_s)) }
+                    dt { "duration" } dd {
+                        (seconds(cell.duration_s))
+                        @if let Some(own) = cell.replay_duration_s { " (recorded; the replay took " (seconds(own)) ")" }
+                    }
                     dt { "host" } dd { (cell.runner.host) }
                     @if !cell.runner.gpus.is_empty() {
                         dt { "GPUs (in order)" }

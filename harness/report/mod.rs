@@ -22,6 +22,7 @@ mod logs;
 mod markdown;
 mod plots;
 mod render;
+mod replayed;
 mod repro;
 mod text;
 mod view;
@@ -36,7 +37,7 @@ pub use repro::Reproducer;
 pub(crate) use text::visible;
 pub use view::{
     AxisValue, BarSeries, BisectKind, BisectState, BisectView, CellBadge, CellBisect, CellEntry,
-    CellHistory, CellLink, ChangeRow, Changes, Chart, Counts, LogRef, NewFingerprint, PivotRow,
-    PivotTable, PlotSpec, ProbeView, RecentChange, ReportContext, RunView, StateChange, StateView,
-    Verdict,
+    CellHistory, CellLink, ChangeRow, Changes, Chart, Counts, LogRef, MatrixView, NewFingerprint,
+    PivotRow, PivotTable, PlotSpec, ProbeView, RecentChange, ReportContext, RunView, StateChange,
+    StateView, Verdict,
 };

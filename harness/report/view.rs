@@ -50,6 +50,21 @@ pub struct ReportContext {
     pub bisects: Vec<BisectView>,
     /// Problems that did not stop the report.
     pub warnings: Vec<String>,
+    /// When the cells are those of several matrices (a replay of several recorded runs; see
+    /// [`Layout::split`]): each matrix, with its own layout and its tables.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub matrices: Vec<MatrixView>,
+}
+
+/// One matrix of a split report.
+#[derive(Debug, Clone, Serialize)]
+pub struct MatrixView {
+    /// The split key's value that selects the matrix's cells (`run = gpu-smoke-h100`).
+    pub split: AxisValue,
+    pub layout: Layout,
+    /// Its tables' places in [`ReportContext::tables`].
+    pub tables: Vec<usize>,
+    pub counts: Counts,
 }
 
 /// One run, summarised.
@@ -201,6 +216,10 @@ pub struct CellEntry {
     pub new_fingerprint: bool,
     pub line: Option<u64>,
     pub duration_s: f64,
+    /// In a replay, the replay's own duration (`duration_s` and the timings are the
+    /// recording's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_duration_s: Option<f64>,
     pub attempts: u32,
     pub metrics: Metrics,
     pub runner: Runner,
