@@ -175,8 +175,7 @@ fn the_demo_gives_each_replayed_cell_its_recorded_values() {
         let record: Value = results
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|r| r["id"] == id)
-            .last()
+            .rfind(|r| r["id"] == id)
             .unwrap_or_else(|| panic!("{recorded}: no record"));
         let mut expected = record["values"].as_object().expect("values").clone();
         expected.insert("recorded".to_owned(), Value::from(recorded));
