@@ -40,7 +40,13 @@ pub struct ReportOptions {
     /// Only the cells whose values this filter expression selects (`crate::filter`), in every
     /// run, so that tables, history and changes speak of the same cells.
     pub filter: Option<String>,
+    /// How many of the newest runs (nights) the report covers: its history, changes and the
+    /// cells x nights grid ([`DEFAULT_NIGHTS`] when `None`); older runs given are left out.
+    pub nights: Option<usize>,
 }
+
+/// The nights a report covers unless told otherwise: two weeks of nightlies.
+pub const DEFAULT_NIGHTS: usize = 14;
 /// The label shown for a record's status: its signature for a failure.
 fn label(record: &CellRecord) -> String {
     let sig = record.signature.map(Signature::as_str);
@@ -207,6 +213,10 @@ pub(crate) fn build(
     out: &Path,
     options: &ReportOptions,
 ) -> Result<ReportContext, ReportError> {
+    // The window: the newest nights only (at least tonight).
+    let window = options.nights.unwrap_or(DEFAULT_NIGHTS).max(1);
+    let left_out = runs.len().saturating_sub(window);
+    let runs = &runs[left_out..];
     let tonight = runs.last().ok_or(ReportError::NoRuns)?;
     let records: Vec<&CellRecord> = tonight.records.iter().collect();
     let axes = layout::axes(&records, &plan_keys(tonight));
@@ -256,7 +266,11 @@ pub(crate) fn build(
         warnings: Vec::new(),
         bisects,
         matrices,
+        nights: None,
     };
+    if runs.len() > 1 {
+        context.nights = Some(super::nights::build(runs, left_out, &context));
+    }
     context.warnings = warnings(runs, &records, &context.cells);
     context.warnings.extend(bisects::warnings(&context.bisects));
     context.plots = plots::specs(&context);

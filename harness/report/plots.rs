@@ -28,6 +28,22 @@ pub(crate) fn specs(ctx: &ReportContext) -> Vec<PlotSpec> {
             });
         }
     }
+    if let Some(nights) = ctx.nights.as_ref().filter(|n| n.nights.len() > 1) {
+        for (i, series) in nights.trend.iter().enumerate() {
+            specs.push(PlotSpec {
+                file: if nights.trend.len() == 1 {
+                    "plots/trend.svg".to_owned()
+                } else {
+                    format!("plots/trend-{}.svg", i + 1)
+                },
+                title: format!(
+                    "Pass rate per night, {} (% of cells with a verdict that passed or failed as expected)",
+                    series.name
+                ),
+                chart: Chart::Trend { series: i },
+            });
+        }
+    }
     let scopes = scopes(ctx);
     for (n, scope) in scopes.iter().enumerate() {
         // One set of timing plots per matrix; a split report numbers its files.
@@ -64,7 +80,7 @@ pub(crate) fn specs(ctx: &ReportContext) -> Vec<PlotSpec> {
                         series_axis,
                         ..
                     } => format!(" per {x_axis}, by {series_axis}"),
-                    Chart::Heatmap { .. } => String::new(),
+                    Chart::Heatmap { .. } | Chart::Trend { .. } => String::new(),
                 };
                 specs.push(PlotSpec {
                     file: file(name),
@@ -356,7 +372,94 @@ pub(crate) fn draw(spec: &PlotSpec, ctx: &ReportContext) -> Result<String, Strin
             series,
             ..
         } => bar_chart(&spec.title, x_axis, unit, groups, series),
+        Chart::Trend { series } => {
+            let nights = ctx.nights.as_ref().ok_or("no nights")?;
+            let line = nights.trend.get(*series).ok_or("no such series")?;
+            let labels: Vec<String> = nights.nights.iter().map(|n| n.label.clone()).collect();
+            trend_chart(&spec.title, &labels, &line.values)
+        }
     }
+}
+
+/// A pass-rate line over the nights (0 to 100 %), each night's value on its point.
+fn trend_chart(title: &str, nights: &[String], values: &[Option<f64>]) -> Result<String, String> {
+    let n = nights.len().max(1);
+    let w = (120 + 48 * n as u32).clamp(480, 1400);
+    const LABEL: u32 = 12;
+    let slot = (w - 64 - 24) / n as u32;
+    let widest = nights.iter().map(|l| width(l, LABEL)).max().unwrap_or(0);
+    let upright = widest + 8 > slot;
+    let label_area = if upright { widest * 5 / 6 + 20 } else { 40 };
+    let h = 300 + label_area;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(cut(title, 110), ("sans-serif", 13))
+            .margin(12)
+            .x_label_area_size(label_area)
+            .y_label_area_size(48)
+            .build_cartesian_2d(0f64..n as f64, 0f64..108f64)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_desc("% pass")
+            .draw()
+            .map_err(err)?;
+        let color = SERIES_COLORS[0];
+        let points: Vec<(f64, f64)> = values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| Some((i as f64 + 0.5, (*v)?)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(err)?;
+        chart
+            .draw_series(points.iter().map(|p| Circle::new(*p, 3, color.filled())))
+            .map_err(err)?;
+        chart
+            .draw_series(points.iter().map(|(x, y)| {
+                Text::new(
+                    format!("{y:.0}"),
+                    (*x, *y + 2.0),
+                    TextStyle::from(("sans-serif", 10).into_font())
+                        .pos(Pos::new(HPos::Center, VPos::Bottom)),
+                )
+            }))
+            .map_err(err)?;
+        for (i, name) in nights.iter().enumerate() {
+            let (x, y) = chart.backend_coord(&(i as f64 + 0.5, 0.0));
+            let label = if upright {
+                Text::new(
+                    cut(name, 20),
+                    (x, y + 6),
+                    TextStyle::from(
+                        ("sans-serif", LABEL)
+                            .into_font()
+                            .transform(FontTransform::Rotate270),
+                    )
+                    .pos(Pos::new(HPos::Right, VPos::Center)),
+                )
+            } else {
+                Text::new(
+                    cut(name, 20),
+                    (x, y + 8),
+                    TextStyle::from(("sans-serif", LABEL).into_font())
+                        .pos(Pos::new(HPos::Center, VPos::Top)),
+                )
+            };
+            root.draw(&label).map_err(err)?;
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
 }
 
 fn heatmap(title: &str, ctx: &ReportContext, index: usize) -> Result<String, String> {
@@ -598,6 +701,7 @@ pub(crate) fn alt(spec: &PlotSpec) -> String {
     match &spec.chart {
         Chart::Heatmap { .. } => format!("{} (the table above, as colors and symbols)", spec.title),
         Chart::Bars { .. } => format!("{} (values in the table below)", spec.title),
+        Chart::Trend { .. } => format!("{} (the nights grid above, as a line)", spec.title),
     }
 }
 
