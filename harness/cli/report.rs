@@ -57,6 +57,11 @@ pub(crate) struct ReportArgs {
     strict: bool,
     #[arg(long, value_name = "EXPR", help = super::FILTER_HELP)]
     filter: Option<String>,
+    /// How many of the newest runs (nights) the report covers: the cells x nights grid, the
+    /// pass-rate trend, flake rates, history and changes. Older run folders given are left out.
+    #[arg(long, value_name = "N", default_value_t = report::DEFAULT_NIGHTS as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    nights: u64,
 }
 
 /// A report error as the CLI says it: bad input (exit 2) or a harness fault (exit 3).
@@ -79,6 +84,7 @@ pub(crate) fn run(args: ReportArgs) -> Result<u8, CliError> {
         bisects: args.bisects,
         strict: args.strict,
         filter: args.filter,
+        nights: Some(usize::try_from(args.nights).unwrap_or(usize::MAX)),
     };
     let summary = report::render(&args.runs, &args.out, &options).map_err(report_error)?;
     {

@@ -12,7 +12,7 @@ use super::repro;
 use super::text::{self, file_stem, http_link};
 use super::view::{
     AxisValue, CellBadge, CellBisect, CellEntry, CellHistory, CellLink, ChangeRow, Changes, Counts,
-    LogRef, NewFingerprint, PivotRow, PivotTable, RecentChange, ReportContext, RunView,
+    LogRef, MatrixView, NewFingerprint, PivotRow, PivotTable, RecentChange, ReportContext, RunView,
     StateChange, StateView,
 };
 use crate::compare::{self, Comparison, RunComparison};
@@ -40,7 +40,13 @@ pub struct ReportOptions {
     /// Only the cells whose values this filter expression selects (`crate::filter`), in every
     /// run, so that tables, history and changes speak of the same cells.
     pub filter: Option<String>,
+    /// How many of the newest runs (nights) the report covers: its history, changes and the
+    /// cells x nights grid ([`DEFAULT_NIGHTS`] when `None`); older runs given are left out.
+    pub nights: Option<usize>,
 }
+
+/// The nights a report covers unless told otherwise: two weeks of nightlies.
+pub const DEFAULT_NIGHTS: usize = 14;
 /// The label shown for a record's status: its signature for a failure.
 fn label(record: &CellRecord) -> String {
     let sig = record.signature.map(Signature::as_str);
@@ -207,15 +213,14 @@ pub(crate) fn build(
     out: &Path,
     options: &ReportOptions,
 ) -> Result<ReportContext, ReportError> {
+    // The window: the newest nights only (at least tonight).
+    let window = options.nights.unwrap_or(DEFAULT_NIGHTS).max(1);
+    let left_out = runs.len().saturating_sub(window);
+    let runs = &runs[left_out..];
     let tonight = runs.last().ok_or(ReportError::NoRuns)?;
     let records: Vec<&CellRecord> = tonight.records.iter().collect();
     let axes = layout::axes(&records, &plan_keys(tonight));
-    let layout = layout::choose(
-        &axes,
-        &records,
-        options.rows.as_deref(),
-        options.cols.as_deref(),
-    )?;
+    let (layout, parts) = parts(&records, &axes, &plan_keys(tonight), options)?;
     let previous = runs.len().checked_sub(2).map(|i| &runs[i]);
     let comparison = previous.map(|base| compare::compare_runs(&base.records, &tonight.records));
     let change_of = changes_by_id(&records, comparison.as_ref());
@@ -224,7 +229,7 @@ pub(crate) fn build(
         change_of: &change_of,
         bisect_of: &bisect_of,
     };
-    let (tables, table_order) = tables(&records, &axes, &layout, &marks);
+    let (tables, table_order, matrices) = tables(&parts, &marks);
     let new_fingerprints = new_fingerprints(runs, &table_order);
     let entries = Entries {
         runs,
@@ -260,7 +265,12 @@ pub(crate) fn build(
         plots: Vec::new(),
         warnings: Vec::new(),
         bisects,
+        matrices,
+        nights: None,
     };
+    if runs.len() > 1 {
+        context.nights = Some(super::nights::build(runs, left_out, &context));
+    }
     context.warnings = warnings(runs, &records, &context.cells);
     context.warnings.extend(bisects::warnings(&context.bisects));
     context.plots = plots::specs(&context);
@@ -328,32 +338,127 @@ fn badge(record: &CellRecord, marks: &Marks) -> CellBadge {
     }
 }
 
-/// The tables, one per combination of the grouping keys in axis order, and tonight's records in
-/// the order the tables show them (the order of the cell entries).
-fn tables<'a>(
+/// One matrix of the report: the whole run, or the cells of one value of a split key (a
+/// recorded run in a replay), with its own axes and layout.
+struct Part<'a> {
+    split: Option<AxisValue>,
+    records: Vec<&'a CellRecord>,
+    axes: Vec<Axis>,
+    layout: Layout,
+}
+
+/// The report's layout and its matrices: one, or one per value of the key that splits the cells
+/// into different matrices ([`layout::split_key`]).
+fn parts<'a>(
     records: &[&'a CellRecord],
     axes: &[Axis],
-    layout: &Layout,
-    marks: &Marks,
-) -> (Vec<PivotTable>, Vec<&'a CellRecord>) {
-    let axis = |name: &Option<String>| -> Option<&Axis> {
-        name.as_ref()
-            .and_then(|n| axes.iter().find(|a| &a.name == n))
+    plan_keys: &[String],
+    options: &ReportOptions,
+) -> Result<(Layout, Vec<Part<'a>>), ReportError> {
+    let whole = layout::choose(
+        axes,
+        records,
+        options.rows.as_deref(),
+        options.cols.as_deref(),
+    )?;
+    let Some(key) = layout::split_key(axes, records) else {
+        let part = Part {
+            split: None,
+            records: records.to_vec(),
+            axes: axes.to_vec(),
+            layout: whole.clone(),
+        };
+        return Ok((whole, vec![part]));
     };
-    let pivot = Pivot {
-        rows: axis(&layout.rows),
-        cols: axis(&layout.cols),
-        groups: &layout.groups,
-        corner: corner(layout),
-        marks,
-    };
-    let groups = groups(records, axes, &layout.groups);
-    let mut tables = Vec::with_capacity(groups.len());
-    let mut order = Vec::with_capacity(records.len());
-    for (key, members) in &groups {
-        tables.push(pivot.table(key, members, &mut order));
+    let values = axes
+        .iter()
+        .find(|a| a.name == key)
+        .map(|a| a.values.clone())
+        .unwrap_or_default();
+    let mut parts = Vec::with_capacity(values.len());
+    let mut details: Vec<String> = Vec::new();
+    for value in values {
+        let members: Vec<&CellRecord> = records
+            .iter()
+            .copied()
+            .filter(|r| value_of(r, &key) == value)
+            .collect();
+        let ids = layout::id_like(&layout::axes(&members, plan_keys), &members);
+        let sub_axes: Vec<Axis> = layout::axes(&members, plan_keys)
+            .into_iter()
+            .filter(|a| a.name != key && !ids.contains(&a.name))
+            .collect();
+        // `--rows`/`--cols` apply to the matrices that have the axis.
+        let has = |name: &Option<String>| {
+            name.as_deref()
+                .filter(|n| sub_axes.iter().any(|a| a.name == *n))
+                .map(str::to_owned)
+        };
+        let (rows, cols) = (has(&options.rows), has(&options.cols));
+        let mut sub = layout::choose(&sub_axes, &members, rows.as_deref(), cols.as_deref())?;
+        sub.details.extend(ids);
+        for d in &sub.details {
+            if !details.contains(d) {
+                details.push(d.clone());
+            }
+        }
+        parts.push(Part {
+            split: Some(AxisValue {
+                axis: key.clone(),
+                value,
+            }),
+            records: members,
+            axes: sub_axes,
+            layout: sub,
+        });
     }
-    (tables, order)
+    let layout = Layout {
+        rows: None,
+        cols: None,
+        groups: Vec::new(),
+        details,
+        split: Some(key),
+    };
+    Ok((layout, parts))
+}
+
+/// The tables of every part, one per combination of its grouping keys in axis order; tonight's
+/// records in the order the tables show them (the order of the cell entries); and, for a split
+/// report, each matrix with its layout and tables.
+fn tables<'a>(
+    parts: &[Part<'a>],
+    marks: &Marks,
+) -> (Vec<PivotTable>, Vec<&'a CellRecord>, Vec<MatrixView>) {
+    let mut tables = Vec::new();
+    let mut order = Vec::new();
+    let mut matrices = Vec::new();
+    for part in parts {
+        let axis = |name: &Option<String>| -> Option<&Axis> {
+            name.as_ref()
+                .and_then(|n| part.axes.iter().find(|a| &a.name == n))
+        };
+        let pivot = Pivot {
+            rows: axis(&part.layout.rows),
+            cols: axis(&part.layout.cols),
+            groups: &part.layout.groups,
+            split: part.split.as_ref(),
+            corner: corner(&part.layout),
+            marks,
+        };
+        let first = tables.len();
+        for (key, members) in &groups(&part.records, &part.axes, &part.layout.groups) {
+            tables.push(pivot.table(key, members, &mut order));
+        }
+        if let Some(split) = &part.split {
+            matrices.push(MatrixView {
+                split: split.clone(),
+                layout: part.layout.clone(),
+                tables: (first..tables.len()).collect(),
+                counts: Counts::of(part.records.iter().copied()),
+            });
+        }
+    }
+    (tables, order, matrices)
 }
 
 /// Tonight's records by their values of the grouping axes, groups in axis-value order.
@@ -397,6 +502,8 @@ struct Pivot<'a> {
     rows: Option<&'a Axis>,
     cols: Option<&'a Axis>,
     groups: &'a [String],
+    /// The matrix's value of the split key, said first in each table's title.
+    split: Option<&'a AxisValue>,
     corner: String,
     marks: &'a Marks<'a>,
 }
@@ -429,13 +536,13 @@ impl Pivot<'_> {
             });
         }
         let group: Vec<AxisValue> = self
-            .groups
-            .iter()
-            .zip(key)
-            .map(|(axis, value)| AxisValue {
+            .split
+            .cloned()
+            .into_iter()
+            .chain(self.groups.iter().zip(key).map(|(axis, value)| AxisValue {
                 axis: axis.clone(),
                 value: value.clone(),
-            })
+            }))
             .collect();
         PivotTable {
             title: group_title(&group),
@@ -586,6 +693,7 @@ impl Entries<'_> {
             new_fingerprint: self.is_new.contains(record.id.as_str()),
             line: record.line,
             duration_s: record.duration_s,
+            replay_duration_s: tonight.replay_durations.get(&record.id).copied(),
             attempts: record.attempts,
             metrics: record.metrics.clone(),
             runner: record.runner.clone(),

@@ -10,7 +10,8 @@ use super::plots;
 use super::text::visible;
 use super::text::{self, STATUSES, seconds};
 use super::view::{
-    BisectKind, BisectView, CellBadge, CellEntry, Chart, PlotSpec, ReportContext, StateView,
+    BisectKind, BisectView, CellBadge, CellEntry, Chart, NightRow, NightsView, PlotSpec,
+    ReportContext, StateView,
 };
 use crate::compare::Comparison;
 use crate::record::Status;
@@ -55,6 +56,10 @@ dl.kv { display: grid; grid-template-columns: max-content auto; gap: .2rem 1rem;
 dl.kv dt { font-weight: 600; } dl.kv dd { margin: 0; }
 figure { margin: 1rem 0; } figure svg { max-width: 100%; height: auto; border: 1px solid #eee; }
 footer { margin-top: 2rem; color: #777; font-size: .85em; }
+table.nights td.n { text-align: center; padding: .1rem .25rem; min-width: 1.5rem; }
+table.nights thead th.n { font-weight: 500; font-size: .8em; padding: .2rem .25rem; }
+table.nights td.flake { outline: 2px dashed #a66f00; outline-offset: -3px; }
+table.nights tbody th { font-weight: 500; }
 "#;
 
 fn class(status: Status) -> String {
@@ -190,6 +195,7 @@ pub(crate) fn index(ctx: &ReportContext, svgs: &[Option<String>]) -> String {
                     p { strong { (ctx.counts.summary()) } }
                     nav {
                         a href="#tables" { "Tables" }
+                        @if ctx.nights.is_some() { a href="#nights" { "Nights" } }
                         @if ctx.changes.is_some() { a href="#changes" { "Changes" } }
                         @if !ctx.new_fingerprints.is_empty() { a href="#fingerprints" { "New fingerprints" } }
                         @if !ctx.bisects.is_empty() { a href="#bisects" { "Bisects" } }
@@ -214,6 +220,8 @@ pub(crate) fn index(ctx: &ReportContext, svgs: &[Option<String>]) -> String {
                 @if !ctx.not_run.is_empty() {
                     p.warn { (ctx.not_run.len()) " cell(s) of the plan have no result (interrupted or not run yet)." }
                 }
+                // Over several nights, what is broken and since when comes first.
+                @if let Some(nights) = &ctx.nights { (nights_section(nights)) }
                 section #tables {
                     @if ctx.tables.is_empty() { p { "No cell has a result yet." } }
                     @for table in &ctx.tables {
@@ -359,6 +367,83 @@ pub(crate) fn index(ctx: &ReportContext, svgs: &[Option<String>]) -> String {
     visible(&page.into_string()).into_owned()
 }
 
+/// The cells x nights grid: each night's state, when the failure began, the last good night,
+/// the flake rate, and the bisect beside a failing cell. Cells failing tonight or flaky in the
+/// window are shown; the steady rest is folded away (no script: a `details` element).
+fn nights_section(nights: &NightsView) -> Markup {
+    let (attention, steady): (Vec<&NightRow>, Vec<&NightRow>) = nights
+        .rows
+        .iter()
+        .partition(|r| r.failing_since.is_some() || r.flakes > 0);
+    html! {
+        section #nights {
+            h2 { "Nights" }
+            p.meta {
+                (nights.rows.len()) " cells over the last " (nights.nights.len()) " nights"
+                @if nights.left_out > 0 { " (" (nights.left_out) " older run(s) given are left out: " code { "--nights" } ")" }
+                ": " (attention.iter().filter(|r| r.failing_since.is_some()).count()) " failing tonight (the newest breakage first), "
+                (attention.iter().filter(|r| r.failing_since.is_none()).count()) " flaky. "
+                "A dashed cell flaked that night: its status was flaky (it passed on a retry), or it flipped between pass and fail and back from the nights around it with the same pins."
+            }
+            @if attention.is_empty() {
+                p { "No cell failed tonight or flaked in these nights." }
+            } @else {
+                (nights_table(nights, &attention))
+            }
+            @if !steady.is_empty() {
+                details {
+                    summary { (steady.len()) " cells steady over these nights" }
+                    (nights_table(nights, &steady))
+                }
+            }
+        }
+    }
+}
+
+fn nights_table(nights: &NightsView, rows: &[&NightRow]) -> Markup {
+    html! {
+        table.nights {
+            thead {
+                tr {
+                    th scope="col" { "cell" }
+                    @for n in &nights.nights {
+                        th.n scope="col" title={ (n.name) @if let Some(t) = &n.started_at { " · " (t) } " · " (n.counts.summary()) } { (n.label) }
+                    }
+                    th scope="col" { "failing since" }
+                    th scope="col" { "last good" }
+                    th scope="col" title="nights that flaked / nights with a verdict" { "flake rate" }
+                    th scope="col" { "bisect" }
+                }
+            }
+            tbody {
+                @for row in rows {
+                    tr {
+                        th scope="row" { @match &row.page { Some(p) => a href=(p) { (row.id) }, None => (row.id) } }
+                        @for (night, state) in nights.nights.iter().zip(&row.states) {
+                            @match state {
+                                Some(s) => td class={ "n " (class(s.status)) @if s.flake { " flake" } }
+                                    title={ (night.name) ": " (s.status.as_str()) @if let Some(sig) = s.signature { " " (sig.as_str()) } @if s.flake { " (flaked)" } } { (s.symbol) },
+                                None => td.n.s-none title={ (night.name) ": not run" } { "·" },
+                            }
+                        }
+                        td {
+                            @if let Some(since) = &row.failing_since {
+                                @if row.failing_since_window_start { "≤ " }
+                                (since)
+                            } @else { "—" }
+                        }
+                        td { (row.last_good.as_deref().unwrap_or("—")) }
+                        td { @if row.judged > 0 { (row.flakes) "/" (row.judged) @if row.flakes > 0 { " (" (format!("{:.0}", row.flake_rate * 100.0)) "%)" } } @else { "—" } }
+                        td.bisect { @if let Some(b) = &row.bisect {
+                            @match &row.page { Some(p) => a href={ (p) "#bisect" } { (b) }, None => (b) }
+                        } }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A bisect on a cell page: its answer and every probe with its log.
 fn bisect_section(b: &BisectView) -> Markup {
     html! {
@@ -439,7 +524,10 @@ pub(crate) fn cell_page(
                         dt { "fingerprint" } dd { code { (fp) } @if cell.new_fingerprint { " " strong { "(new tonight)" } } }
                     }
                     dt { "attempts" } dd { (cell.attempts) }
-                    dt { "duration" } dd { (seconds(cell.duration_s)) }
+                    dt { "duration" } dd {
+                        (seconds(cell.duration_s))
+                        @if let Some(own) = cell.replay_duration_s { " (recorded; the replay took " (seconds(own)) ")" }
+                    }
                     dt { "host" } dd { (cell.runner.host) }
                     @if !cell.runner.gpus.is_empty() {
                         dt { "GPUs (in order)" }

@@ -44,6 +44,11 @@ pub struct Layout {
     pub groups: Vec<String>,
     /// Keys determined by the others (shown on cell pages, not as tables).
     pub details: Vec<String>,
+    /// A key whose values hold the cells of different matrices (a replay of several recorded
+    /// runs): each of its values gets rows, columns and tables of its own ([`split_key`]), and
+    /// `rows`, `cols` and `groups` above are empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split: Option<String>,
 }
 
 /// A record's value of `key` as text; absent keys read as empty, as in templates.
@@ -210,7 +215,83 @@ pub(crate) fn choose(
         cols,
         groups: groups.into_iter().map(str::to_owned).collect(),
         details,
+        split: None,
     })
+}
+
+/// The key that splits `records` into the cells of different matrices, if one does: the first
+/// axis (in order) such that another key, one the remaining keys do not determine (an axis of
+/// its own, not a key `include` derives from others), varies within one of its groups and is
+/// absent from every cell of another group. A replay of several recorded runs has one (the
+/// recorded run: `kernels` varies within one recording and no cell of another has it); a
+/// matrix, whose cells share its axes, has none. Keys with a different value in every cell
+/// ([`id_like`]) determine everything and are left out of the question.
+pub(crate) fn split_key(axes: &[Axis], records: &[&CellRecord]) -> Option<String> {
+    let ids = id_like(axes, records);
+    let axes: Vec<&Axis> = axes.iter().filter(|a| !ids.contains(&a.name)).collect();
+    let free: Vec<&Axis> = axes
+        .iter()
+        .copied()
+        .filter(|j| {
+            let others: Vec<&str> = axes
+                .iter()
+                .filter(|a| a.name != j.name)
+                .map(|a| a.name.as_str())
+                .collect();
+            j.values.len() > 1 && !determined(records, &j.name, &others)
+        })
+        .collect();
+    axes.iter()
+        .filter(|a| a.values.len() > 1)
+        .find(|k| splits(k, &free, records))
+        .map(|k| k.name.clone())
+}
+
+fn splits(key: &Axis, axes: &[&Axis], records: &[&CellRecord]) -> bool {
+    let mut groups: HashMap<String, Vec<&CellRecord>> = HashMap::new();
+    for record in records {
+        groups
+            .entry(value_of(record, &key.name))
+            .or_default()
+            .push(record);
+    }
+    axes.iter().filter(|j| j.name != key.name).any(|j| {
+        let varies = groups.values().any(|members| {
+            let mut seen = std::collections::HashSet::new();
+            members
+                .iter()
+                .map(|r| value_of(r, &j.name))
+                .filter(|v| !v.is_empty())
+                .any(|v| seen.insert(v) && seen.len() > 1)
+        });
+        let absent = groups
+            .values()
+            .any(|members| members.iter().all(|r| !r.values.contains_key(&j.name)));
+        varies && absent
+    })
+}
+
+/// Keys with a different value in every one of several cells (a recorded cell's `RUN/CELL`)
+/// while another key varies: as rows they would make a one-column list of every cell, so within
+/// one matrix of a split they are cell details.
+pub(crate) fn id_like(axes: &[Axis], records: &[&CellRecord]) -> Vec<String> {
+    if records.len() < 2 {
+        return Vec::new();
+    }
+    let is_id = |a: &Axis| {
+        let values: std::collections::HashSet<String> =
+            records.iter().map(|r| value_of(r, &a.name)).collect();
+        values.len() == records.len()
+    };
+    let ids: Vec<&Axis> = axes.iter().filter(|a| is_id(a)).collect();
+    let others_vary = axes
+        .iter()
+        .any(|a| a.values.len() > 1 && !ids.iter().any(|i| i.name == a.name));
+    if others_vary {
+        ids.into_iter().map(|a| a.name.clone()).collect()
+    } else {
+        Vec::new()
+    }
 }
 
 /// Whether the value of `key` is a function of the values of `others` over `records`.
@@ -228,4 +309,76 @@ fn determined(records: &[&CellRecord], key: &str, others: &[&str]) -> bool {
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Status;
+
+    fn record(id: &str, values: serde_json::Value) -> CellRecord {
+        serde_json::from_value(serde_json::json!({
+            "id": id, "values": values, "pins": [], "status": Status::Pass, "signature": null,
+            "phase": null, "duration_s": 1.0, "attempts": 1, "log": ""
+        }))
+        .expect("record")
+    }
+
+    fn split_of(records: &[CellRecord]) -> Option<String> {
+        let refs: Vec<&CellRecord> = records.iter().collect();
+        split_key(&axes(&refs, &[]), &refs)
+    }
+
+    /// Two recorded runs replayed together: `run` holds two matrices (each with its own axes);
+    /// `recorded`, different in every cell, splits nothing.
+    #[test]
+    fn a_replay_of_two_recorded_runs_splits_by_run() {
+        let mut records = Vec::new();
+        for v in ["0.6.3", "0.6.11"] {
+            for k in ["moe", "core"] {
+                let recorded = format!("kernels/{v}-{k}");
+                records.push(record(
+                    &recorded,
+                    serde_json::json!({"recorded": recorded, "run": "kernels", "flashinfer": v, "kernels": k}),
+                ));
+            }
+        }
+        for (arch, mode) in [("native", "ok"), ("8.6", "ok"), ("native", "hang")] {
+            let recorded = format!("smoke/{arch}-{mode}");
+            records.push(record(
+                &recorded,
+                serde_json::json!({"recorded": recorded, "run": "smoke", "arch": arch, "mode": mode}),
+            ));
+        }
+        assert_eq!(split_of(&records).as_deref(), Some("run"));
+    }
+
+    /// One matrix whose `include` adds a key to some cells (`cc` follows `arch`, and the hang
+    /// cells lack it) is not split: `cc` is derived, not an axis of its own.
+    #[test]
+    fn a_key_that_include_adds_to_some_cells_splits_nothing() {
+        let mut records = Vec::new();
+        for (arch, mode, cc) in [
+            ("native", "ok", Some("90")),
+            ("8.6", "ok", Some("86")),
+            ("native", "bad", Some("90")),
+            ("8.6", "bad", Some("86")),
+            ("native", "hang", None),
+        ] {
+            let mut values = serde_json::json!({"arch": arch, "mode": mode});
+            if let Some(cc) = cc {
+                values["cc"] = serde_json::Value::from(cc);
+            }
+            records.push(record(&format!("{arch}-{mode}"), values));
+        }
+        assert_eq!(split_of(&records), None);
+        // Nor is a plain product matrix.
+        let product: Vec<CellRecord> = ["a", "b"]
+            .iter()
+            .flat_map(|x| {
+                ["1", "2"].map(|y| record(&format!("{x}{y}"), serde_json::json!({"x": x, "y": y})))
+            })
+            .collect();
+        assert_eq!(split_of(&product), None);
+    }
 }

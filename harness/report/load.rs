@@ -29,6 +29,8 @@ pub(crate) struct LoadedRun {
     pub records: Vec<CellRecord>,
     /// Problems that did not stop the load (an unreadable `plan.json`).
     pub warnings: Vec<String>,
+    /// In a replay, each replayed cell's own duration (its record shows the recording's).
+    pub replay_durations: HashMap<String, f64>,
 }
 
 impl LoadedRun {
@@ -148,6 +150,13 @@ pub(crate) fn load_run_with(dir: &Path, strict: bool) -> Result<LoadedRun, Repor
     };
     let mut records = order_records(by_id, plan.as_ref());
     records.iter_mut().for_each(redact_record);
+    let replay_durations = if manifest.as_ref().is_some_and(|m| m.replay) {
+        super::replayed::apply(dir, &mut records)
+            .into_iter()
+            .collect()
+    } else {
+        HashMap::new()
+    };
     let name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -160,6 +169,7 @@ pub(crate) fn load_run_with(dir: &Path, strict: bool) -> Result<LoadedRun, Repor
         plan,
         records,
         warnings,
+        replay_durations,
     })
 }
 

@@ -21,13 +21,15 @@ mod layout;
 mod load;
 mod logs;
 mod markdown;
+mod nights;
 mod plots;
 mod render;
+mod replayed;
 mod repro;
 mod text;
 mod view;
 
-pub use context::ReportOptions;
+pub use context::{DEFAULT_NIGHTS, ReportOptions};
 pub use error::ReportError;
 pub use layout::{Axis, AxisKind, Layout};
 pub(crate) use load::load_run_with;
@@ -37,7 +39,7 @@ pub use repro::Reproducer;
 pub(crate) use text::visible;
 pub use view::{
     AxisValue, BarSeries, BisectKind, BisectState, BisectView, CellBadge, CellBisect, CellEntry,
-    CellHistory, CellLink, ChangeRow, Changes, Chart, Counts, LogRef, NewFingerprint, PivotRow,
-    PivotTable, PlotSpec, ProbeView, RecentChange, ReportContext, RunView, StateChange, StateView,
-    Verdict,
+    CellHistory, CellLink, ChangeRow, Changes, Chart, Counts, LogRef, MatrixView, NewFingerprint,
+    NightHead, NightRow, NightState, NightsView, PivotRow, PivotTable, PlotSpec, ProbeView,
+    RecentChange, ReportContext, RunView, StateChange, StateView, TrendSeries, Verdict,
 };

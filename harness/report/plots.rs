@@ -5,11 +5,13 @@
 //! [`specs`] decides what to plot from the view model (and is snapshot-tested with it); [`draw`]
 //! only draws. Heatmap cells carry the status symbol and signature, not only a color.
 
+use super::layout::Layout;
 use super::text::{self, one_line};
-use super::view::{BarSeries, CellEntry, Chart, PlotSpec, ReportContext};
+use super::view::{AxisValue, BarSeries, CellEntry, Chart, PlotSpec, ReportContext};
 use crate::record::{Metrics, Status};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+use std::collections::{HashMap, HashSet};
 
 /// Reads one metric of a cell.
 type Metric = fn(&Metrics) -> Option<f64>;
@@ -26,56 +28,66 @@ pub(crate) fn specs(ctx: &ReportContext) -> Vec<PlotSpec> {
             });
         }
     }
-    let rows = ctx.layout.rows.as_deref();
-    let backend = ctx
-        .axes
-        .iter()
-        .find(|a| a.name.to_ascii_lowercase().contains("backend"))
-        .or_else(|| {
-            ctx.axes
-                .iter()
-                .find(|a| a.name.eq_ignore_ascii_case("engine"))
-        })
-        .map(|a| a.name.as_str())
-        .or(rows);
-    let wanted: [(&str, &str, Option<&str>, Metric, &str); 3] = [
-        (
-            "plots/jit.svg",
-            "JIT compile time",
-            rows,
-            |m| m.jit_s,
-            "seconds",
-        ),
-        (
-            "plots/ready.svg",
-            "Time to ready",
-            rows,
-            |m| m.time_to_ready_s,
-            "seconds",
-        ),
-        (
-            "plots/tokens.svg",
-            "Throughput",
-            backend,
-            |m| m.tokens_per_s,
-            "tokens/s",
-        ),
-    ];
-    for (file, title, x_axis, metric, unit) in wanted {
-        if let Some(chart) = bars(ctx, x_axis, metric, unit) {
-            let by = match &chart {
-                Chart::Bars {
-                    x_axis,
-                    series_axis,
-                    ..
-                } => format!(" per {x_axis}, by {series_axis}"),
-                Chart::Heatmap { .. } => String::new(),
-            };
+    if let Some(nights) = ctx.nights.as_ref().filter(|n| n.nights.len() > 1) {
+        for (i, series) in nights.trend.iter().enumerate() {
             specs.push(PlotSpec {
-                file: file.to_owned(),
-                title: format!("{title}{by} ({unit}, mean)"),
-                chart,
+                file: if nights.trend.len() == 1 {
+                    "plots/trend.svg".to_owned()
+                } else {
+                    format!("plots/trend-{}.svg", i + 1)
+                },
+                title: format!(
+                    "Pass rate per night, {} (% of cells with a verdict that passed or failed as expected)",
+                    series.name
+                ),
+                chart: Chart::Trend { series: i },
             });
+        }
+    }
+    let scopes = scopes(ctx);
+    for (n, scope) in scopes.iter().enumerate() {
+        // One set of timing plots per matrix; a split report numbers its files.
+        let file = |name: &str| match scope.split {
+            None => format!("plots/{name}.svg"),
+            Some(_) => format!("plots/{name}-{}.svg", n + 1),
+        };
+        let prefix = scope
+            .split
+            .map(|s| format!("{}: ", s.value))
+            .unwrap_or_default();
+        let wanted: [(&str, &str, Metric, &str, bool); 3] = [
+            ("jit", "JIT compile time", |m| m.jit_s, "seconds", true),
+            (
+                "ready",
+                "Time to ready",
+                |m| m.time_to_ready_s,
+                "seconds",
+                true,
+            ),
+            (
+                "tokens",
+                "Throughput",
+                |m| m.tokens_per_s,
+                "tokens/s",
+                false,
+            ),
+        ];
+        for (name, title, metric, unit, cached) in wanted {
+            if let Some(chart) = scope.bars(ctx, metric, unit, cached) {
+                let by = match &chart {
+                    Chart::Bars {
+                        x_axis,
+                        series_axis,
+                        ..
+                    } => format!(" per {x_axis}, by {series_axis}"),
+                    Chart::Heatmap { .. } | Chart::Trend { .. } => String::new(),
+                };
+                specs.push(PlotSpec {
+                    file: file(name),
+                    title: format!("{prefix}{title}{by} ({unit}, mean)"),
+                    chart,
+                });
+            }
         }
     }
     specs
@@ -88,26 +100,177 @@ fn value<'a>(cell: &'a CellEntry, axis: &str) -> &'a str {
         .map_or("", |v| v.value.as_str())
 }
 
-fn bars(ctx: &ReportContext, x_axis: Option<&str>, metric: Metric, unit: &str) -> Option<Chart> {
-    let series_axis = ctx.layout.cols.as_deref().filter(|c| Some(*c) != x_axis);
-    let values_of = |axis: Option<&str>, fallback: &str| -> Vec<String> {
-        match axis.and_then(|a| ctx.axes.iter().find(|x| x.name == a)) {
-            Some(axis) => axis.values.clone(),
-            None => vec![fallback.to_owned()],
+/// The cells one set of timing plots covers: the whole report, or one matrix of a split report.
+struct Scope<'a> {
+    split: Option<&'a AxisValue>,
+    layout: &'a Layout,
+    /// Its tables, by their place in the report.
+    tables: Vec<usize>,
+    cells: Vec<&'a CellEntry>,
+}
+
+fn scopes(ctx: &ReportContext) -> Vec<Scope<'_>> {
+    if ctx.matrices.is_empty() {
+        return vec![Scope {
+            split: None,
+            layout: &ctx.layout,
+            tables: (0..ctx.tables.len()).collect(),
+            cells: ctx.cells.iter().collect(),
+        }];
+    }
+    ctx.matrices
+        .iter()
+        .map(|m| Scope {
+            split: Some(&m.split),
+            layout: &m.layout,
+            tables: m.tables.clone(),
+            cells: ctx
+                .cells
+                .iter()
+                .filter(|c| value(c, &m.split.axis) == m.split.value)
+                .collect(),
+        })
+        .collect()
+}
+
+/// How bars are grouped along the x axis, or split into series: by an axis's values, by table,
+/// by the JIT cache's state, or not at all.
+enum By<'a> {
+    Axis(&'a str),
+    /// One group per table of the scope (`moe · 1`): kernel sets and worker counts, whose
+    /// timings differ by design, are never averaged together.
+    Tables(HashMap<&'a str, usize>),
+    /// Cold (the cache was empty) or warm: a cold JIT compiles, a warm one loads.
+    Cache,
+    All,
+}
+
+impl By<'_> {
+    fn name(&self, layout: &Layout) -> String {
+        match self {
+            By::Axis(a) => (*a).to_owned(),
+            By::Tables(_) => layout.groups.join(" · "),
+            By::Cache => "JIT cache".to_owned(),
+            By::All => "all cells".to_owned(),
         }
-    };
-    let groups = values_of(x_axis, "all cells");
-    let series_names = values_of(series_axis, "all");
+    }
+
+    fn names(&self, ctx: &ReportContext, tables: &[usize]) -> Vec<String> {
+        match self {
+            By::Axis(a) => match ctx.axes.iter().find(|x| x.name == *a) {
+                Some(axis) => axis.values.clone(),
+                None => vec![String::new()],
+            },
+            By::Tables(_) => tables
+                .iter()
+                .map(|t| {
+                    ctx.tables[*t]
+                        .group
+                        .iter()
+                        .filter(|g| Some(&g.axis) != ctx.layout.split.as_ref())
+                        .map(|g| g.value.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" · ")
+                })
+                .collect(),
+            By::Cache => vec!["cold cache".to_owned(), "warm cache".to_owned()],
+            By::All => vec!["all".to_owned()],
+        }
+    }
+
+    /// The place of `cell` among [`By::names`].
+    fn place(&self, cell: &CellEntry, names: &[String]) -> Option<usize> {
+        match self {
+            By::Axis(a) => names.iter().position(|x| x == value(cell, a)),
+            By::Tables(of) => of.get(cell.id.as_str()).copied(),
+            By::Cache => cell.metrics.jit_cache_hit.map(usize::from),
+            By::All => Some(0),
+        }
+    }
+}
+
+impl Scope<'_> {
+    /// Grouped bars of `metric` over the scope's cells. Compile-bound timings (`cached`) of
+    /// cells some of which found their JIT cache warm and some cold are compared like with
+    /// like: one series per cache state, one group per table (kernel set, workers) when there
+    /// are several, else per row. Otherwise one group per row (or backend, for throughput) and
+    /// one series per column (one bar per GPU arch).
+    fn bars(&self, ctx: &ReportContext, metric: Metric, unit: &str, cached: bool) -> Option<Chart> {
+        let rows = self.layout.rows.as_deref();
+        let states: HashSet<bool> = self
+            .cells
+            .iter()
+            .filter(|c| metric(&c.metrics).is_some())
+            .filter_map(|c| c.metrics.jit_cache_hit)
+            .collect();
+        if cached && states.len() > 1 {
+            let x = if self.tables.len() > 1 {
+                let mut of = HashMap::new();
+                for (place, t) in self.tables.iter().enumerate() {
+                    for badge in ctx.tables[*t]
+                        .rows
+                        .iter()
+                        .flat_map(|r| r.cells.iter().flatten())
+                    {
+                        of.insert(badge.id.as_str(), place);
+                    }
+                }
+                By::Tables(of)
+            } else {
+                rows.map_or(By::All, By::Axis)
+            };
+            return bars(ctx, self, &x, &By::Cache, metric, unit);
+        }
+        let x = if cached {
+            rows
+        } else {
+            backend(ctx, self.layout)
+        };
+        let series = match self.layout.cols.as_deref() {
+            Some(c) if Some(c) != x => By::Axis(c),
+            _ => By::All,
+        };
+        bars(
+            ctx,
+            self,
+            &x.map_or(By::All, By::Axis),
+            &series,
+            metric,
+            unit,
+        )
+    }
+}
+
+/// The axis throughput is compared along: a backend, else the engine, else the rows.
+fn backend<'a>(ctx: &'a ReportContext, layout: &'a Layout) -> Option<&'a str> {
+    ctx.axes
+        .iter()
+        .find(|a| a.name.to_ascii_lowercase().contains("backend"))
+        .or_else(|| {
+            ctx.axes
+                .iter()
+                .find(|a| a.name.eq_ignore_ascii_case("engine"))
+        })
+        .map(|a| a.name.as_str())
+        .or(layout.rows.as_deref())
+}
+
+fn bars(
+    ctx: &ReportContext,
+    scope: &Scope,
+    x: &By,
+    series_by: &By,
+    metric: Metric,
+    unit: &str,
+) -> Option<Chart> {
+    let groups = x.names(ctx, &scope.tables);
+    let series_names = series_by.names(ctx, &scope.tables);
     let mut sums = vec![vec![(0.0f64, 0usize); groups.len()]; series_names.len()];
-    for cell in &ctx.cells {
+    for cell in &scope.cells {
         let Some(v) = metric(&cell.metrics).filter(|v| v.is_finite()) else {
             continue;
         };
-        let g = x_axis.map_or(Some(0), |a| groups.iter().position(|x| x == value(cell, a)));
-        let s = series_axis.map_or(Some(0), |a| {
-            series_names.iter().position(|x| x == value(cell, a))
-        });
-        if let (Some(g), Some(s)) = (g, s) {
+        if let (Some(g), Some(s)) = (x.place(cell, &groups), series_by.place(cell, &series_names)) {
             sums[s][g].0 += v;
             sums[s][g].1 += 1;
         }
@@ -134,8 +297,8 @@ fn bars(ctx: &ReportContext, x_axis: Option<&str>, metric: Metric, unit: &str) -
         })
         .collect();
     Some(Chart::Bars {
-        x_axis: x_axis.unwrap_or("all cells").to_owned(),
-        series_axis: series_axis.unwrap_or("all").to_owned(),
+        x_axis: x.name(scope.layout),
+        series_axis: series_by.name(scope.layout),
         unit: unit.to_owned(),
         groups: keep_groups.iter().map(|g| groups[*g].clone()).collect(),
         series,
@@ -209,7 +372,94 @@ pub(crate) fn draw(spec: &PlotSpec, ctx: &ReportContext) -> Result<String, Strin
             series,
             ..
         } => bar_chart(&spec.title, x_axis, unit, groups, series),
+        Chart::Trend { series } => {
+            let nights = ctx.nights.as_ref().ok_or("no nights")?;
+            let line = nights.trend.get(*series).ok_or("no such series")?;
+            let labels: Vec<String> = nights.nights.iter().map(|n| n.label.clone()).collect();
+            trend_chart(&spec.title, &labels, &line.values)
+        }
     }
+}
+
+/// A pass-rate line over the nights (0 to 100 %), each night's value on its point.
+fn trend_chart(title: &str, nights: &[String], values: &[Option<f64>]) -> Result<String, String> {
+    let n = nights.len().max(1);
+    let w = (120 + 48 * n as u32).clamp(480, 1400);
+    const LABEL: u32 = 12;
+    let slot = (w - 64 - 24) / n as u32;
+    let widest = nights.iter().map(|l| width(l, LABEL)).max().unwrap_or(0);
+    let upright = widest + 8 > slot;
+    let label_area = if upright { widest * 5 / 6 + 20 } else { 40 };
+    let h = 300 + label_area;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(cut(title, 110), ("sans-serif", 13))
+            .margin(12)
+            .x_label_area_size(label_area)
+            .y_label_area_size(48)
+            .build_cartesian_2d(0f64..n as f64, 0f64..108f64)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_desc("% pass")
+            .draw()
+            .map_err(err)?;
+        let color = SERIES_COLORS[0];
+        let points: Vec<(f64, f64)> = values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| Some((i as f64 + 0.5, (*v)?)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(err)?;
+        chart
+            .draw_series(points.iter().map(|p| Circle::new(*p, 3, color.filled())))
+            .map_err(err)?;
+        chart
+            .draw_series(points.iter().map(|(x, y)| {
+                Text::new(
+                    format!("{y:.0}"),
+                    (*x, *y + 2.0),
+                    TextStyle::from(("sans-serif", 10).into_font())
+                        .pos(Pos::new(HPos::Center, VPos::Bottom)),
+                )
+            }))
+            .map_err(err)?;
+        for (i, name) in nights.iter().enumerate() {
+            let (x, y) = chart.backend_coord(&(i as f64 + 0.5, 0.0));
+            let label = if upright {
+                Text::new(
+                    cut(name, 20),
+                    (x, y + 6),
+                    TextStyle::from(
+                        ("sans-serif", LABEL)
+                            .into_font()
+                            .transform(FontTransform::Rotate270),
+                    )
+                    .pos(Pos::new(HPos::Right, VPos::Center)),
+                )
+            } else {
+                Text::new(
+                    cut(name, 20),
+                    (x, y + 8),
+                    TextStyle::from(("sans-serif", LABEL).into_font())
+                        .pos(Pos::new(HPos::Center, VPos::Top)),
+                )
+            };
+            root.draw(&label).map_err(err)?;
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
 }
 
 fn heatmap(title: &str, ctx: &ReportContext, index: usize) -> Result<String, String> {
@@ -451,6 +701,7 @@ pub(crate) fn alt(spec: &PlotSpec) -> String {
     match &spec.chart {
         Chart::Heatmap { .. } => format!("{} (the table above, as colors and symbols)", spec.title),
         Chart::Bars { .. } => format!("{} (values in the table below)", spec.title),
+        Chart::Trend { .. } => format!("{} (the nights grid above, as a line)", spec.title),
     }
 }
 

@@ -211,7 +211,7 @@ pub(crate) fn render_loaded(
     Ok(ReportSummary {
         out: out.to_path_buf(),
         files,
-        runs: runs.len(),
+        runs: ctx.runs.len(),
         tonight: ctx.runs.last().map(|r| r.name.clone()).unwrap_or_default(),
         counts: ctx.counts,
         cell_pages: ctx.cells.len(),

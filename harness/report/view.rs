@@ -50,6 +50,96 @@ pub struct ReportContext {
     pub bisects: Vec<BisectView>,
     /// Problems that did not stop the report.
     pub warnings: Vec<String>,
+    /// When the cells are those of several matrices (a replay of several recorded runs; see
+    /// [`Layout::split`]): each matrix, with its own layout and its tables.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub matrices: Vec<MatrixView>,
+    /// Several runs (nights): every cell across the last nights, with when it started failing,
+    /// when it last passed and how often it flaked; absent with a single run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nights: Option<NightsView>,
+}
+
+/// The cells x nights grid of the published dashboard (`report::nights`).
+#[derive(Debug, Clone, Serialize)]
+pub struct NightsView {
+    /// The nights shown, oldest first (the last `--nights` runs loaded; tonight last).
+    pub nights: Vec<NightHead>,
+    /// Runs given beyond the window, left out of the report.
+    pub left_out: usize,
+    /// Every cell of these nights, those that need attention first: failing tonight (the most
+    /// recent breakage first), then flaky ones (the highest flake rate first), then the rest in
+    /// table order.
+    pub rows: Vec<NightRow>,
+    /// The share of cells with an expected verdict per night, per matrix.
+    pub trend: Vec<TrendSeries>,
+}
+
+/// One night (a run) as a column of the grid.
+#[derive(Debug, Clone, Serialize)]
+pub struct NightHead {
+    pub name: String,
+    pub started_at: Option<String>,
+    /// `11-21` (`11-21 02:00` when two nights share a day), for the column header.
+    pub label: String,
+    pub counts: Counts,
+}
+
+/// One cell across the nights.
+#[derive(Debug, Clone, Serialize)]
+pub struct NightRow {
+    pub id: String,
+    /// Tonight's page of the cell, when tonight has it.
+    pub page: Option<String>,
+    /// One entry per night (`None`: no record that night).
+    pub states: Vec<Option<NightState>>,
+    /// The first night of the unexpected failure that lasts until the newest night the cell
+    /// has a verdict in; absent when that verdict is not a failure.
+    pub failing_since: Option<String>,
+    /// The failure already showed on the first night shown: it may be older.
+    pub failing_since_window_start: bool,
+    /// The newest night the cell passed (or failed as expected).
+    pub last_good: Option<String>,
+    /// Nights that flaked (see [`NightState::flake`]) and nights with a verdict.
+    pub flakes: usize,
+    pub judged: usize,
+    /// `flakes / judged`, 0 when no night judged it.
+    pub flake_rate: f64,
+    /// The bisect that explains tonight's failure, as the tables say it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bisect: Option<String>,
+}
+
+/// A cell's state on one night.
+#[derive(Debug, Clone, Serialize)]
+pub struct NightState {
+    pub status: Status,
+    pub symbol: &'static str,
+    pub signature: Option<Signature>,
+    /// The night flaked: its status is `flaky` (it failed, then passed on a retry), or its
+    /// pass/fail verdict differs from the nights before and after it, all three with the same
+    /// pins (it flipped and flipped back).
+    pub flake: bool,
+}
+
+/// One line of a pass-rate trend plot: a matrix's pass rate per night.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrendSeries {
+    /// The matrix (the split key's value, or the matrix file's name).
+    pub name: String,
+    /// Per night, in percent; `None` where no cell of the matrix had a verdict.
+    pub values: Vec<Option<f64>>,
+}
+
+/// One matrix of a split report.
+#[derive(Debug, Clone, Serialize)]
+pub struct MatrixView {
+    /// The split key's value that selects the matrix's cells (`run = gpu-smoke-h100`).
+    pub split: AxisValue,
+    pub layout: Layout,
+    /// Its tables' places in [`ReportContext::tables`].
+    pub tables: Vec<usize>,
+    pub counts: Counts,
 }
 
 /// One run, summarised.
@@ -201,6 +291,10 @@ pub struct CellEntry {
     pub new_fingerprint: bool,
     pub line: Option<u64>,
     pub duration_s: f64,
+    /// In a replay, the replay's own duration (`duration_s` and the timings are the
+    /// recording's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_duration_s: Option<f64>,
     pub attempts: u32,
     pub metrics: Metrics,
     pub runner: Runner,
@@ -414,6 +508,8 @@ pub struct PlotSpec {
 pub enum Chart {
     /// The statuses of `tables[table]`.
     Heatmap { table: usize },
+    /// A matrix's pass rate per night: `nights.trend[series]`.
+    Trend { series: usize },
     /// Grouped bars: one group per `groups` value, one bar per series; means over cells.
     Bars {
         x_axis: String,

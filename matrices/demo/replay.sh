@@ -9,6 +9,11 @@
 # process did; one that ran out of time (`timeout`) keeps a CPU busy until the harness's deadline.
 # The harness's own `[gpucompat]` lines are left out: the replaying run writes its own. (So a
 # verdict that came only from those lines, such as a failed answer check, is not reproduced.)
+#
+# The recording's measurements come first, so the replay reports the GPU run's numbers, not its
+# own: each metric a cell may report (`GPUCOMPAT_METRIC jit_s=9.03`, into the replay's record),
+# then one `GPUCOMPAT_RECORDED` line with what only the harness measures (duration, phase, JIT
+# cache hit, provision time), which a report of a replay shows in place of the replay's own.
 set -u
 case ${1:-} in
   */*) run=${1%/*}; cell=${1##*/} ;;
@@ -34,10 +39,24 @@ signature=$(printf '%s\n' "$rest" | sed -n 's/^"status":"[^"]*","signature":"\([
 log=$(printf '%s\n' "$rest" | sed -n 's/^[^{]*"log":"\([^"]*\)".*$/\1/p')
 started=$(printf '%s\n' "$rest" | sed -n 's/^.*"started_at":"\([^"]*\)".*$/\1/p')
 gpu=$(printf '%s\n' "$rest" | sed -n 's/^[^[]*"gpus":\[{[^}]*"name":"\([^"]*\)","arch":"\([^"]*\)".*$/\1 (\2)/p')
+phase=$(printf '%s\n' "$rest" | sed -n 's/^"status":"[^"]*","signature":[^,]*,"phase":"\([^"]*\)".*$/\1/p')
+duration=$(printf '%s\n' "$rest" | sed -n 's/^[^{]*"duration_s":\([0-9.eE+-]*\),.*$/\1/p')
+metrics=$(printf '%s\n' "$rest" | sed -n 's/^[^{]*"log":"[^"]*","metrics":{\([^}]*\)}.*$/\1/p')
 code=$(printf '%s\n' "$rest" | sed -n 's/^.*"exit":{"code":\(-\{0,1\}[0-9]*\)}.*$/\1/p')
 signal=$(printf '%s\n' "$rest" | sed -n 's/^.*"exit":{"signal":\([0-9]*\).*$/\1/p')
 
 printf '%s\n' "replay of $run cell $cell, recorded ${started:-at an unknown time} on ${gpu:-no GPU}: ${status:-unknown status}${signature:+ ($signature)}"
+# `"jit_s":9.03,"jit_cache_hit":true` -> `name value` lines.
+recorded="duration_s=${duration:-} phase=${phase:-}"
+for pair in $(printf '%s\n' "$metrics" | tr ',' ' '); do
+  name=$(printf '%s\n' "$pair" | sed -n 's/^"\([a-z_]*\)":.*$/\1/p')
+  value=${pair#*:}
+  case $name in
+    time_to_ready_s | jit_s | ttft_s | tpot_s | tokens_per_s) echo "GPUCOMPAT_METRIC $name=$value" ;;
+    jit_cache_hit | provision_s) recorded="$recorded $name=$value" ;;
+  esac
+done
+echo "GPUCOMPAT_RECORDED $recorded"
 if [ -n "$log" ] && [ -f "$run/$log" ]; then
   # sed, not grep: a log may hold NUL bytes or invalid UTF-8, and every byte of it is replayed.
   sed '/^\[gpucompat\]/d' "$run/$log"

@@ -150,6 +150,126 @@ fn the_demo_replays_every_recorded_gpu_run_to_its_recorded_verdict() {
         html.contains("class=\"replay\""),
         "the dashboard carries the replay banner"
     );
+    the_demo_report_reads_like_the_recordings(&out);
+}
+
+/// Each replayed cell carries its recording's own values (demo.toml's `include`), so the demo's
+/// report lays them out as the recordings are laid out.
+#[test]
+fn the_demo_gives_each_replayed_cell_its_recorded_values() {
+    let expand = crate::util::gpucompat()
+        .current_dir(repo_root())
+        .args(["matrix", "expand", "matrices/demo.toml", "--format", "json"])
+        .output()
+        .expect("expand");
+    assert!(
+        expand.status.success(),
+        "{}",
+        String::from_utf8_lossy(&expand.stderr)
+    );
+    let cells: Value = serde_json::from_slice(&expand.stdout).expect("json");
+    let cells = cells.as_array().expect("cells");
+    let reports = repo_root().join("reports");
+    for cell in cells {
+        let values = &cell["values"];
+        let recorded = values["recorded"].as_str().expect("recorded");
+        let (run, id) = recorded.split_once('/').expect("RUN/CELL");
+        let results =
+            std::fs::read_to_string(reports.join(run).join("results.jsonl")).expect("results");
+        let record: Value = results
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .rfind(|r| r["id"] == id)
+            .unwrap_or_else(|| panic!("{recorded}: no record"));
+        let mut expected = record["values"].as_object().expect("values").clone();
+        expected.insert("recorded".to_owned(), Value::from(recorded));
+        expected.insert("run".to_owned(), Value::from(run));
+        assert_eq!(
+            values.as_object().expect("values"),
+            &expected,
+            "{recorded}: demo.toml's include must give the recorded values"
+        );
+    }
+}
+
+/// The demo's report: one set of version x arch grids per recorded run, the recording's
+/// timings (not the replay's), and timing plots that compare cold with warm JIT caches.
+fn the_demo_report_reads_like_the_recordings(out: &Path) {
+    let context: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("compat.json")).expect("compat.json"),
+    )
+    .expect("json");
+    assert_eq!(context["layout"]["split"], "run", "{}", context["layout"]);
+    let tables = context["tables"].as_array().expect("tables");
+    let triton = tables
+        .iter()
+        .find(|t| t["title"] == "run = flashinfer-kernels-h100 · kernels = triton · workers = 1")
+        .unwrap_or_else(|| panic!("a grid per kernel set and workers: {tables:#?}"));
+    assert_eq!(triton["corner"], "flashinfer ↓ arch_list →");
+    assert_eq!(triton["columns"], serde_json::json!(["native", "8.6"]));
+    let rows: Vec<&str> = triton["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["label"].as_str().expect("label"))
+        .collect();
+    assert_eq!(rows, ["0.6.3", "0.6.8.post1", "0.6.11.post1"]);
+    let smoke = tables
+        .iter()
+        .find(|t| t["title"] == "run = gpu-smoke-h100")
+        .expect("the smoke run's grid");
+    assert_eq!(smoke["corner"], "arch ↓ mode →");
+    // No table is the one-column list of every cell.
+    assert!(
+        tables
+            .iter()
+            .all(|t| t["rows"].as_array().expect("rows").len() <= 3)
+    );
+
+    // The recording's 137 s in `infer` with a warm cache, not the replay's fraction of a second.
+    let cell = context["cells"]
+        .as_array()
+        .expect("cells")
+        .iter()
+        .find(|c| c["id"] == "flashinfer-kernels-h100_0.6.3-8.6-triton-1")
+        .expect("the cell");
+    assert_eq!(cell["duration_s"], 137.246, "{cell}");
+    assert_eq!(cell["phase"], "infer", "{cell}");
+    assert_eq!(cell["metrics"]["jit_cache_hit"], true, "{cell}");
+    assert_eq!(cell["metrics"]["jit_s"], 9.03, "{cell}");
+    assert!(cell["replay_duration_s"].as_f64().expect("own duration") < 10.0);
+    let page =
+        std::fs::read_to_string(out.join(cell["page"].as_str().expect("page"))).expect("cell page");
+    assert!(page.contains("(recorded; the replay took"), "{page}");
+
+    // Timing plots per recorded run; JIT times compare cold with warm caches per kernel set.
+    let plots = context["plots"].as_array().expect("plots");
+    let jit = plots
+        .iter()
+        .find(|p| {
+            p["title"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("flashinfer-kernels-h100: JIT compile time"))
+        })
+        .unwrap_or_else(|| panic!("{plots:#?}"));
+    let series: Vec<&str> = jit["chart"]["series"]
+        .as_array()
+        .expect("series")
+        .iter()
+        .map(|s| s["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(series, ["cold cache", "warm cache"]);
+    for plot in plots.iter().filter(|p| p["chart"]["kind"] == "bars") {
+        let groups = plot["chart"]["groups"].as_array().expect("groups");
+        assert!(groups.len() <= 8, "{}", plot["title"]);
+        assert!(
+            groups
+                .iter()
+                .all(|g| g.as_str().expect("group").len() <= 16),
+            "labels that fit: {}",
+            plot["chart"]
+        );
+    }
 }
 
 #[test]

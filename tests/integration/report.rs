@@ -1299,6 +1299,24 @@ fn context_with_bisects_snapshot() {
     )
     .unwrap();
     assert_eq!(ctx.runs.len(), 2, "a bisect folder is not a run");
+    // Over nights, the bisect stands beside the failing cell's row too.
+    let explained_cell = ctx
+        .cells
+        .iter()
+        .find(|c| c.id == "0.6.11.post1-sm_90-qwen3-30b-a3b")
+        .and_then(|c| c.bisect.as_ref())
+        .expect("the bisected cell");
+    let row = ctx
+        .nights
+        .as_ref()
+        .and_then(|n| {
+            n.rows
+                .iter()
+                .find(|r| r.id == "0.6.11.post1-sm_90-qwen3-30b-a3b")
+        })
+        .expect("its row over the nights");
+    assert_eq!(row.bisect.as_deref(), Some(explained_cell.note.as_str()));
+    assert!(row.failing_since.is_some());
     let badges: Vec<(&str, &str)> = ctx
         .tables
         .iter()
@@ -1323,4 +1341,147 @@ fn context_with_bisects_snapshot() {
     insta::with_settings!({filters => vec![(temp.as_str(), "[TEMP]")]}, {
         insta::assert_json_snapshot!("bisects_context", shown);
     });
+}
+
+/// Seven nights of four cells, rendered with `--nights 5`: the two oldest are left out; a cell
+/// that broke and stays broken is failing since its first bad night and never called flaky; one
+/// that flips and flips back with the same pins flaked on the nights between; a cell only
+/// older nights had keeps its row without a page. The grid, the trend plot and the dashed
+/// flakes are in the page a real browser renders, and it runs no script.
+#[test]
+fn nights_dashboard_shows_failing_since_last_good_flakes_and_trend() {
+    let sandbox = Sandbox::new();
+    let broken = |n: usize| if n >= 4 { Status::Fail } else { Status::Pass };
+    let flipping = |n: usize| {
+        if n == 3 || n == 5 {
+            Status::Fail
+        } else {
+            Status::Pass
+        }
+    };
+    let mut dirs = Vec::new();
+    for night in 0..7 {
+        let mut records = Vec::new();
+        let sig = |s: Status| (s == Status::Fail).then_some(Signature::IllegalAddress);
+        records.push(rec(
+            "0.6.3",
+            "sm_90",
+            QWEN,
+            broken(night),
+            sig(broken(night)),
+        ));
+        records.push(rec(
+            "0.6.11.post1",
+            "sm_90",
+            QWEN,
+            flipping(night),
+            sig(flipping(night)),
+        ));
+        records.push(rec("0.6.3", "sm_89", QWEN, Status::Pass, None));
+        if night <= 3 {
+            records.push(rec("0.6.11.post1", "sm_89", QWEN, Status::Pass, None));
+        }
+        let dir = sandbox
+            .path()
+            .join(format!("runs/2026-11-{:02}", night + 1));
+        write_run(
+            &dir,
+            &format!("2026-11-{:02}T02:00:00Z", night + 1),
+            &records,
+        );
+        dirs.push(dir);
+    }
+    let out = sandbox.path().join("site");
+    let refs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+    let output = report(&refs, &out, &["--nights", "5"]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("(5 runs, tonight `2026-11-07`)"),
+        "{output:?}"
+    );
+    let ctx: Value = serde_json::from_str(&read(&out.join("compat.json"))).expect("json");
+    let nights = &ctx["nights"];
+    assert_eq!(nights["left_out"], 2);
+    let labels: Vec<&str> = nights["nights"]
+        .as_array()
+        .expect("nights")
+        .iter()
+        .map(|n| n["label"].as_str().expect("label"))
+        .collect();
+    assert_eq!(labels, ["11-03", "11-04", "11-05", "11-06", "11-07"]);
+    let rows = nights["rows"].as_array().expect("rows");
+    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().expect("id")).collect();
+    assert_eq!(
+        ids,
+        [
+            "0.6.3-sm_90-qwen3-30b-a3b",
+            "0.6.11.post1-sm_90-qwen3-30b-a3b",
+            "0.6.3-sm_89-qwen3-30b-a3b",
+            "0.6.11.post1-sm_89-qwen3-30b-a3b",
+        ],
+        "failing first, then flaky, then the rest"
+    );
+    let broken_row = &rows[0];
+    assert_eq!(broken_row["failing_since"], "2026-11-05");
+    assert_eq!(broken_row["failing_since_window_start"], false);
+    assert_eq!(broken_row["last_good"], "2026-11-04");
+    assert_eq!(broken_row["flakes"], 0);
+    let flaky_row = &rows[1];
+    let flaked: Vec<bool> = flaky_row["states"]
+        .as_array()
+        .expect("states")
+        .iter()
+        .map(|s| s["flake"].as_bool().expect("flake"))
+        .collect();
+    // Pass, fail, pass, fail, pass: each night inside flipped and flipped back.
+    assert_eq!(flaked, [false, true, true, true, false]);
+    assert_eq!(flaky_row["flake_rate"], 0.6);
+    assert_eq!(flaky_row["failing_since"], Value::Null);
+    let gone = &rows[3];
+    assert_eq!(gone["page"], Value::Null, "tonight has no page of it");
+    assert_eq!(gone["states"][2], Value::Null);
+    // Pass rate per night: 4 of 4, 3 of 4 (the flip), 2 of 3, 1 of 3, 2 of 3.
+    assert_eq!(
+        nights["trend"][0]["values"],
+        json!([100.0, 75.0, 66.7, 33.3, 66.7])
+    );
+    let trend = read(&out.join("plots/trend.svg"));
+    assert!(trend.contains("11-03") && trend.contains("67"), "{trend}");
+
+    let profile = sandbox.path().join("chromium-profile");
+    let dom = chromium(
+        &profile,
+        &["--dump-dom".into(), url(&out.join("index.html"))],
+    );
+    assert!(dom.contains("<table class=\"nights\">"), "{dom}");
+    assert!(
+        dom.contains("class=\"n s-fail flake\""),
+        "a dashed flake: {dom}"
+    );
+    assert!(dom.contains("3/5 (60%)"), "{dom}");
+    assert!(dom.contains("2 cells steady over these nights"), "{dom}");
+    assert!(!dom.contains("<script"), "{dom}");
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-nights");
+    std::fs::create_dir_all(&shots).expect("create folder");
+    let png = shots.join("index.png");
+    let _ = std::fs::remove_file(&png);
+    chromium(
+        &profile,
+        &[
+            format!("--screenshot={}", png.display()),
+            "--window-size=1400,1200".into(),
+            url(&out.join("index.html")),
+        ],
+    );
+    assert!(
+        std::fs::read(&png)
+            .expect("screenshot")
+            .starts_with(b"\x89PNG")
+    );
+
+    // A window of no nights is bad input.
+    assert_eq!(
+        report(&refs, &out, &["--nights", "0"]).status.code(),
+        Some(2)
+    );
 }
