@@ -289,6 +289,11 @@ pub(crate) fn id_like(axes: &[Axis], records: &[&CellRecord]) -> Vec<String> {
         .any(|a| a.values.len() > 1 && !ids.iter().any(|i| i.name == a.name));
     if others_vary {
         ids.into_iter().map(|a| a.name.clone()).collect()
+    } else if ids.len() >= 2 {
+        // Every varying key is different in every cell (two cells of a recording that differ in
+        // one value: the `RUN/CELL` key and that value): the later keys are the values to lay
+        // out, the first (in axis order, where a replay puts its `RUN/CELL` key) the id.
+        vec![ids[0].name.clone()]
     } else {
         Vec::new()
     }
