@@ -152,6 +152,7 @@ fn bench() -> Result<(), String> {
         pins: Vec::new(),
         index_url: None,
         find_links: Vec::new(),
+        site: Vec::new(),
         no_index: true,
         system_site_packages: false,
         no_deps: false,
