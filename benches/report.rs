@@ -47,6 +47,7 @@ fn write_run(dir: &Path, night: usize) {
         replay: false,
         resumes: 0,
         inventory: "nvidia-smi".into(),
+        shards: Vec::new(),
     };
     std::fs::write(
         dir.join("manifest.json"),

@@ -50,6 +50,7 @@ pub mod github;
 mod http;
 pub mod inventory;
 pub mod matrix;
+pub mod merge;
 pub mod provision;
 pub mod record;
 pub mod redact;

@@ -272,6 +272,23 @@ pub struct Manifest {
     /// Where the GPU list came from (`nvidia-smi`, an inventory file, none).
     #[serde(default)]
     pub inventory: String,
+    /// For a run `gpucompat merge` joined from shard run folders: each shard, in the order given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<Shard>,
+}
+
+/// One shard of a merged run, as its own manifest described it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Shard {
+    /// The shard's folder as given to `merge`.
+    pub folder: String,
+    pub host: String,
+    pub started_at: String,
+    #[serde(default)]
+    pub finished_at: Option<String>,
+    pub state: RunState,
+    /// Records taken from this shard.
+    pub records: usize,
 }
 
 /// Lifecycle of a run folder.

@@ -7,6 +7,7 @@ mod classify;
 mod compare;
 mod gate;
 mod matrix;
+mod merge;
 mod plan;
 mod publish;
 mod report;
@@ -54,6 +55,8 @@ enum Command {
     Report(report::ReportArgs),
     /// Compare two run folders cell by cell: regressed, fixed, still failing, flaky, spurious.
     Compare(compare::CompareArgs),
+    /// Join shard run folders of one matrix (jobs, tasks, hosts) into one run folder.
+    Merge(merge::MergeArgs),
     /// Find the first bad version of an axis, or the bumped packages that break a cell.
     Bisect(bisect::BisectArgs),
     /// Gate a dependency bump: base and head pins; exit 1 only for confirmed regressions
@@ -104,6 +107,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Bisect(args) => bisect::run(args),
         Command::Gate(args) => gate::run(args),
         Command::Publish(args) => publish::run(args),
+        Command::Merge(args) => merge::run(args),
         Command::Reap { token } => {
             crate::exec::reaper::serve(&token, std::io::stdin().lock());
             Ok(exit::SUCCESS)

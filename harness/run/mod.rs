@@ -330,6 +330,7 @@ fn open_manifest(previous: Option<Manifest>, plan: &Plan, inventory: &Inventory)
             replay: plan.replay,
             resumes: 0,
             inventory: inventory.source.clone(),
+            shards: Vec::new(),
         },
     }
 }

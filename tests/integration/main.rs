@@ -22,6 +22,7 @@ mod matrix_github;
 mod matrix_good;
 mod matrix_ids;
 mod matrix_props;
+mod merge;
 mod newcomer;
 mod provision;
 mod report;

@@ -318,6 +318,7 @@ fn write_run(dir: &Path, started_at: &str, records: &[CellRecord]) {
         replay: false,
         resumes: 0,
         inventory: "nvidia-smi".into(),
+        shards: Vec::new(),
     };
     std::fs::write(
         dir.join("manifest.json"),
