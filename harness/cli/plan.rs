@@ -15,14 +15,16 @@ Examples:
   gpucompat plan matrices/nightly.toml --format github --runner-label self-hosted --runner-label gpu
 
 `--format github` prints one line, {\"include\": [...]}, for a GitHub Actions job matrix. \
-Each entry has `id` (and `cell`, the same), `runs-on` (the runner labels, one `gpu-<arch>` per \
-arch the cell needs and `gpus-<n>` when it needs several GPUs) and `gpus` (the GPU spec):
+Each entry has `id`, `runs-on` (the runner labels, one `gpu-<arch>` per arch its cells need and \
+`gpus-<n>` when they need several GPUs), `gpus` (the GPU spec), `cells` and `args` (the `--cell` \
+arguments that run them). With more cells than `--max-jobs` (default 256, GitHub's limit), cells \
+with the same labels and pins share a job; a one-cell entry also has `cell`, its id:
 
   strategy:
     matrix: ${{ fromJSON(needs.plan.outputs.matrix) }}
   runs-on: ${{ matrix.runs-on }}
   steps:
-    - run: gpucompat run matrices/nightly.toml --cell ${{ matrix.id }} --out run
+    - run: gpucompat run matrices/nightly.toml ${{ matrix.args }} --out run
 
 Exit codes:
   0  planned
@@ -52,6 +54,10 @@ pub(crate) struct PlanArgs {
     /// `strategy.matrix`, each entry with `runs-on` labels and the cell id; `json`: the whole plan.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
+    /// The most jobs `--format github` prints (GitHub allows 256 per matrix): beyond it, cells
+    /// with the same runner labels and pins share a job.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    max_jobs: usize,
     /// Labels every GitHub entry's `runs-on` starts with.
     #[arg(long = "runner-label", value_name = "LABEL", default_values_t = ["self-hosted".to_owned(), "linux".to_owned()])]
     runner_labels: Vec<String>,
@@ -105,16 +111,7 @@ pub(crate) fn run(args: PlanArgs) -> Result<u8, CliError> {
     let text = match args.format {
         Format::Table => table(&plan),
         Format::Github => {
-            let include: Vec<GithubEntry<'_>> = plan
-                .cells
-                .iter()
-                .map(|cell| GithubEntry {
-                    id: &cell.id,
-                    cell: &cell.id,
-                    runs_on: runner_labels(&args.runner_labels, cell),
-                    gpus: gpus::format(&cell.gpus),
-                })
-                .collect();
+            let include = github_jobs(&plan, &args.runner_labels, args.max_jobs)?;
             let mut text =
                 serde_json::to_string(&GithubMatrix { include }).map_err(CliError::harness)?;
             text.push('\n');
@@ -139,15 +136,98 @@ struct GithubMatrix<'a> {
     include: Vec<GithubEntry<'a>>,
 }
 
-/// One job of the GitHub matrix: the cell (as `id`, and as `cell` for older workflows), the
-/// labels of the runners that can serve it, and its GPU spec.
+/// One job of the GitHub matrix: a name (`id`; the cell's id when the job runs one cell, which
+/// is then also `cell`), the labels of the runners that can serve it, its GPU spec, its cells and
+/// the `--cell` arguments that run them.
 #[derive(Serialize)]
 struct GithubEntry<'a> {
-    id: &'a CellId,
-    cell: &'a CellId,
+    id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cell: Option<&'a CellId>,
     #[serde(rename = "runs-on")]
     runs_on: Vec<String>,
     gpus: String,
+    cells: Vec<&'a CellId>,
+    args: String,
+}
+
+/// The jobs of the GitHub matrix, at most `max_jobs`: one per cell when they fit, else cells that
+/// share runner labels and pins (one environment, one JIT cache) go to one job, each group given
+/// jobs in proportion to its cells. Labels that differ can never share a job: more distinct label
+/// sets than `max_jobs` is an error.
+fn github_jobs<'a>(
+    plan: &'a Plan,
+    base: &[String],
+    max_jobs: usize,
+) -> Result<Vec<GithubEntry<'a>>, CliError> {
+    let max_jobs = max_jobs.max(1);
+    let entry = |cells: Vec<&'a Cell>, name: String| GithubEntry {
+        cell: (cells.len() == 1).then(|| &cells[0].id),
+        id: name,
+        runs_on: runner_labels(base, cells[0]),
+        gpus: gpus::format(&cells[0].gpus),
+        args: cells
+            .iter()
+            .map(|c| format!("--cell {}", crate::provision::shell_quote(c.id.as_str())))
+            .collect::<Vec<_>>()
+            .join(" "),
+        cells: cells.iter().map(|c| &c.id).collect(),
+    };
+    if plan.cells.len() <= max_jobs {
+        return Ok(plan
+            .cells
+            .iter()
+            .map(|c| entry(vec![c], c.id.to_string()))
+            .collect());
+    }
+    let group_by = |with_pins: bool| {
+        let mut groups: indexmap::IndexMap<(Vec<String>, String), Vec<&'a Cell>> =
+            indexmap::IndexMap::new();
+        for cell in &plan.cells {
+            let pins = if with_pins {
+                cell.pins_text()
+            } else {
+                String::new()
+            };
+            groups
+                .entry((runner_labels(base, cell), pins))
+                .or_default()
+                .push(cell);
+        }
+        groups
+    };
+    let mut groups = group_by(true);
+    if groups.len() > max_jobs {
+        groups = group_by(false);
+    }
+    if groups.len() > max_jobs {
+        return Err(CliError::input(anyhow::anyhow!(
+            "the cells need {} distinct sets of runner labels, more than --max-jobs {max_jobs}: raise it or split the matrix",
+            groups.len()
+        )));
+    }
+    let total = plan.cells.len();
+    let mut shares: Vec<usize> = groups
+        .values()
+        .map(|cells| (cells.len() * max_jobs / total).max(1))
+        .collect();
+    while shares.iter().sum::<usize>() > max_jobs {
+        if let Some(big) = (0..shares.len()).max_by_key(|i| shares[*i]) {
+            shares[big] -= 1;
+        }
+    }
+    let mut jobs = Vec::new();
+    for (((labels, _), cells), share) in groups.iter().zip(shares) {
+        let size = cells.len().div_ceil(share);
+        for (n, chunk) in cells.chunks(size).enumerate() {
+            let name = match labels.get(base.len()..).filter(|l| !l.is_empty()) {
+                Some(own) => format!("{}-{}", own.join("-"), n + 1),
+                None => format!("cpu-{}", n + 1),
+            };
+            jobs.push(entry(chunk.to_vec(), name));
+        }
+    }
+    Ok(jobs)
 }
 
 /// `runs-on` labels: the base labels, one `gpu-<arch>` per distinct arch, and `gpus-<n>` when a
@@ -155,7 +235,7 @@ struct GithubEntry<'a> {
 pub(crate) fn runner_labels(base: &[String], cell: &Cell) -> Vec<String> {
     let mut labels = base.to_vec();
     for arch in &cell.gpus {
-        let label = format!("gpu-{arch}");
+        let label = format!("gpu-{}", crate::matrix::gpus::split_device(arch).0);
         if !labels.contains(&label) {
             labels.push(label);
         }

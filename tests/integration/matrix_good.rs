@@ -239,3 +239,60 @@ fn warnings_do_not_fail_the_check() {
     assert_eq!(again, stderr);
     assert!(stdout.ends_with("4 cells\n"), "{stdout}");
 }
+
+/// More cells than `--max-jobs`: cells with the same runner labels and pins share a job, every cell
+/// is in exactly one job, and `args` runs exactly its cells. A 20 x 20 matrix fits GitHub's 256.
+#[test]
+fn github_jobs_group_cells_under_the_job_limit() {
+    let stdout = ok(&[
+        "plan",
+        "good-features.toml",
+        "--format",
+        "github",
+        "--max-jobs",
+        "5",
+    ]);
+    let plan: Value = serde_json::from_str(&stdout).expect("JSON");
+    let include = plan["include"].as_array().expect("include");
+    assert!(include.len() <= 5, "{}", include.len());
+    let mut cells: Vec<&str> = Vec::new();
+    for job in include {
+        let ids: Vec<&str> = job["cells"]
+            .as_array()
+            .expect("cells")
+            .iter()
+            .map(|c| c.as_str().expect("id"))
+            .collect();
+        let args: Vec<String> = ids.iter().map(|id| format!("--cell {id}")).collect();
+        assert_eq!(job["args"], args.join(" "), "{job}");
+        cells.extend(ids);
+    }
+    let mut unique = cells.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!((cells.len(), unique.len()), (17, 17));
+
+    let sandbox = crate::util::Sandbox::new();
+    let axis: Vec<String> = (1..=20).map(|n| n.to_string()).collect();
+    let big = sandbox.file(
+        "big.toml",
+        &format!(
+            "[matrix]\na = [{0}]\nb = [{0}]\n[resources]\ngpus = \"sm_90\"\n[job]\ncommand = \"true\"\n",
+            axis.join(", ")
+        ),
+    );
+    let out = crate::util::gpucompat()
+        .args(["plan", "--format", "github"])
+        .arg(&big)
+        .output()
+        .expect("plan");
+    assert_eq!(out.status.code(), Some(0));
+    let plan: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let include = plan["include"].as_array().expect("include");
+    assert!(include.len() <= 256, "{}", include.len());
+    let total: usize = include
+        .iter()
+        .map(|j| j["cells"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert_eq!(total, 400);
+}
