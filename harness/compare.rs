@@ -27,7 +27,7 @@
 
 use crate::record::{CellRecord, Status, Values};
 use crate::signature::Signature;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -50,6 +50,7 @@ pub use pairing::{Moved, MovedPin, PairBy, PairError, Pairing};
     PartialOrd,
     Ord,
     Serialize,
+    Deserialize,
     strum::Display,
     strum::IntoStaticStr,
     strum::VariantArray,
@@ -199,7 +200,7 @@ pub(crate) fn compare(base: Option<&CellRecord>, head: Option<&CellRecord>) -> O
 }
 
 /// A cell's outcome on one side of a comparison.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Outcome {
     pub status: Status,
     pub signature: Option<Signature>,

@@ -1,7 +1,7 @@
 //! `gpucompat plan`: what a run would do, for people (`table`), CI (`github`) and tools (`json`).
 
 use crate::errors::{CliError, exit};
-use crate::matrix::{Cell, CellId, Engine, Plan, gpus};
+use crate::matrix::{Cell, CellId, Engine, Plan, Runners, gpus};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -58,8 +58,9 @@ pub(crate) struct PlanArgs {
     /// with the same runner labels and pins share a job.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_jobs: usize,
-    /// Labels every GitHub entry's `runs-on` starts with.
-    #[arg(long = "runner-label", value_name = "LABEL", default_values_t = ["self-hosted".to_owned(), "linux".to_owned()])]
+    /// Labels every GitHub entry's `runs-on` starts with (repeatable; replaces the matrix's
+    /// `[runners] labels`) [default: self-hosted, linux].
+    #[arg(long = "runner-label", value_name = "LABEL")]
     runner_labels: Vec<String>,
     /// Simulate a run instead: print the makespan and GPU utilisation this host (or
     /// `--inventory`) would get, with cell durations from a CSV (`id,duration_s`), a
@@ -111,7 +112,8 @@ pub(crate) fn run(args: PlanArgs) -> Result<u8, CliError> {
     let text = match args.format {
         Format::Table => table(&plan),
         Format::Github => {
-            let include = github_jobs(&plan, &args.runner_labels, args.max_jobs)?;
+            let base = base_labels(&plan, &args.runner_labels);
+            let include = github_jobs(&plan, &base, args.max_jobs)?;
             let mut text =
                 serde_json::to_string(&GithubMatrix { include }).map_err(CliError::harness)?;
             text.push('\n');
@@ -164,7 +166,7 @@ fn github_jobs<'a>(
     let entry = |cells: Vec<&'a Cell>, name: String| GithubEntry {
         cell: (cells.len() == 1).then(|| &cells[0].id),
         id: name,
-        runs_on: runner_labels(base, cells[0]),
+        runs_on: runner_labels(&plan.runners, base, cells[0]),
         gpus: gpus::format(&cells[0].gpus),
         args: cells
             .iter()
@@ -190,7 +192,7 @@ fn github_jobs<'a>(
                 String::new()
             };
             groups
-                .entry((runner_labels(base, cell), pins))
+                .entry((runner_labels(&plan.runners, base, cell), pins))
                 .or_default()
                 .push(cell);
         }
@@ -230,14 +232,28 @@ fn github_jobs<'a>(
     Ok(jobs)
 }
 
-/// `runs-on` labels: the base labels, one `gpu-<arch>` per distinct arch, and `gpus-<n>` when a
-/// cell needs more than one GPU, so a runner advertises exactly what it can serve.
-pub(crate) fn runner_labels(base: &[String], cell: &Cell) -> Vec<String> {
+/// The labels every job starts with: the command line's, else the matrix's `[runners] labels`,
+/// else `self-hosted`, `linux`.
+fn base_labels(plan: &Plan, given: &[String]) -> Vec<String> {
+    if !given.is_empty() {
+        return given.to_vec();
+    }
+    match &plan.runners.labels {
+        Some(labels) => labels.clone(),
+        None => Runners::DEFAULT_LABELS.map(str::to_owned).to_vec(),
+    }
+}
+
+/// `runs-on` labels: the base labels, each distinct arch's labels (`gpu-<arch>` unless
+/// `[runners]` says otherwise), and `gpus-<n>` when a cell needs more than one GPU, so a runner
+/// advertises exactly what it can serve.
+fn runner_labels(runners: &Runners, base: &[String], cell: &Cell) -> Vec<String> {
     let mut labels = base.to_vec();
     for arch in &cell.gpus {
-        let label = format!("gpu-{}", crate::matrix::gpus::split_device(arch).0);
-        if !labels.contains(&label) {
-            labels.push(label);
+        for label in runners.arch_labels(gpus::split_device(arch).0) {
+            if !labels.contains(&label) {
+                labels.push(label);
+            }
         }
     }
     if cell.gpus.len() > 1 {

@@ -16,7 +16,7 @@
 //! as moved pins, so a comparison says what moved whichever way the bump was written.
 
 use crate::record::CellRecord;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::str::FromStr;
 
@@ -55,7 +55,7 @@ impl FromStr for PairBy {
 }
 
 /// A key whose values differ between the runs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Moved {
     pub key: String,
     /// Values only the baseline has.
@@ -65,7 +65,7 @@ pub struct Moved {
 }
 
 /// A package pinned at another version in a paired cell.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct MovedPin {
     pub package: String,
     pub base: Option<String>,
@@ -73,12 +73,12 @@ pub struct MovedPin {
 }
 
 /// How two runs were paired, and what moved between them.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Pairing {
     /// `auto`, `id` or `keys`.
-    pub by: &'static str,
+    pub by: String,
     /// `--pair-by` keys, when given.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keys: Vec<String>,
     /// Keys whose values moved between the runs.
     pub moved: Vec<Moved>,
@@ -163,7 +163,7 @@ pub(crate) fn pair<'a>(
     Ok((
         pairs,
         Pairing {
-            by: by_name,
+            by: by_name.to_owned(),
             keys,
             moved,
             pins,

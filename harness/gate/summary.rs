@@ -19,14 +19,14 @@ pub enum State {
 }
 
 /// One side's pins.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SideInfo {
     pub source: String,
     pub pins: Vec<String>,
 }
 
 /// One cell in a verdict list.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GateCell {
     pub id: String,
     /// The baseline's id, when a bump renamed the cell.
@@ -61,7 +61,7 @@ pub struct GateCell {
 }
 
 /// An attribution run for a regression.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Attribution {
     pub cell: String,
     pub signature: Option<Signature>,
@@ -75,7 +75,7 @@ pub struct Attribution {
 }
 
 /// What happened when the verdict was posted.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Posted {
     /// `posted`, or `failed` (the verdict stands; the reason says why).
     pub state: String,
@@ -88,7 +88,7 @@ pub struct Posted {
 }
 
 /// `gate.json` (format_version 1; fields are only added).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GateFile {
     pub format_version: u32,
     pub state: State,

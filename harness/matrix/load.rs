@@ -171,6 +171,7 @@ fn build(
     // Checks that need no cells come first, so they are reported even when expansion fails.
     cx.check_env_names(&raw);
     cx.check_package_names(&raw);
+    cx.check_runners(&raw);
 
     let (axes, exclude, include) = plain(matrix);
     let combos = expand_checked(&mut cx, matrix, &axes, &exclude, &include)?;
@@ -196,7 +197,25 @@ fn build(
         retry: retry_policy(&raw),
         rules: user_rules(&raw),
         python: python_env(&raw),
+        runners: runners(&raw),
     })
+}
+
+/// `[runners]` without spans; labels the file does not set keep their defaults.
+fn runners(raw: &RawFile) -> Runners {
+    let Some(r) = &raw.runners else {
+        return Runners::default();
+    };
+    let strings = |list: &[Sp<String>]| list.iter().map(|s| s.value.clone()).collect();
+    Runners {
+        labels: r.labels.as_deref().map(strings),
+        arch_label: r.arch_label.as_ref().map(|s| s.value.clone()),
+        arch: r
+            .arch
+            .iter()
+            .map(|(arch, labels)| (arch.value.clone(), strings(labels)))
+            .collect(),
+    }
 }
 
 /// The matrix without its spans, as [`expand`] takes it.

@@ -35,6 +35,38 @@ pub struct Plan {
     pub rules: Vec<UserRule>,
     /// Where pins get installed; `None` means pins only reach the command in `GPUCOMPAT_PINS`.
     pub python: Option<PythonEnv>,
+    /// `[runners]`: the `runs-on` labels of `plan --format github`.
+    #[serde(skip_serializing_if = "Runners::is_default")]
+    pub runners: Runners,
+}
+
+/// The labels GitHub runners advertise for the cells' needs (`[runners]`, docs/matrix.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Runners {
+    /// Labels every job starts with; `None`: `self-hosted`, `linux`.
+    pub labels: Option<Vec<String>>,
+    /// The label of an arch, `{arch}` filled; `None`: `gpu-{arch}`.
+    pub arch_label: Option<String>,
+    /// Labels for one arch instead of `arch_label`'s, by arch.
+    pub arch: Vec<(String, Vec<String>)>,
+}
+
+impl Runners {
+    /// What `runs-on` starts with when neither the file nor the command line says.
+    pub const DEFAULT_LABELS: [&str; 2] = ["self-hosted", "linux"];
+
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The labels that say a runner has a GPU of `arch`.
+    pub fn arch_labels(&self, arch: &str) -> Vec<String> {
+        if let Some((_, labels)) = self.arch.iter().find(|(a, _)| a == arch) {
+            return labels.clone();
+        }
+        let template = self.arch_label.as_deref().unwrap_or("gpu-{arch}");
+        vec![template.replace("{arch}", arch)]
+    }
 }
 
 /// Stable identifier of a cell, made from its values; only `[A-Za-z0-9._-]`.

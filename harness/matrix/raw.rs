@@ -54,6 +54,18 @@ pub(crate) struct RawFile {
     pub(crate) retry: Option<RawRetry>,
     pub(crate) expect: Vec<RawExpect>,
     pub(crate) rules: Vec<RawRule>,
+    pub(crate) runners: Option<RawRunners>,
+}
+
+/// `[runners]`: the `runs-on` labels `plan --format github` gives the cells' jobs.
+#[derive(Debug, Default)]
+pub(crate) struct RawRunners {
+    /// Labels every job starts with (replaces `self-hosted`, `linux`).
+    pub(crate) labels: Option<Vec<Sp<String>>>,
+    /// The label of an arch without its own entry in `arch`, `{arch}` filled (`gpu-{arch}`).
+    pub(crate) arch_label: Option<Sp<String>>,
+    /// Labels for one arch, instead of `arch_label`'s.
+    pub(crate) arch: Vec<(Sp<String>, Vec<Sp<String>>)>,
 }
 
 #[derive(Debug, Default)]
@@ -165,6 +177,7 @@ const TOP_KEYS: &[&str] = &[
     "retry",
     "expect",
     "rules",
+    "runners",
 ];
 const COMMON_KEYS: &[&str] = &["timeout", "no-progress", "cache"];
 const JOB_KEYS: &[&str] = &["command", "timeout", "no-progress", "cache"];
@@ -341,6 +354,7 @@ impl Walker<'_> {
                 "retry" => file.retry = self.retry(item),
                 "expect" => file.expect = self.expects(item),
                 "rules" => file.rules = self.rules(item),
+                "runners" => file.runners = self.runners(item),
                 _ => {}
             }
         }
@@ -598,6 +612,32 @@ impl Walker<'_> {
             .get("no-deps")
             .and_then(|v| self.boolean(v, "no-deps in [python]"));
         Some(python)
+    }
+
+    fn runners(&mut self, item: &Item<'_>) -> Option<RawRunners> {
+        let table = self.table(item, "[runners]")?;
+        self.unknown_keys(table, "[runners]", &["labels", "arch-label", "arch"]);
+        let mut runners = RawRunners {
+            labels: table
+                .get("labels")
+                .map(|v| self.string_list(v, "labels in [runners]")),
+            arch_label: table
+                .get("arch-label")
+                .and_then(|v| self.string(v, "arch-label in [runners]")),
+            arch: Vec::new(),
+        };
+        if let Some(arch) = table.get("arch")
+            && let Some(arch) = self.table(arch, "[runners.arch]")
+        {
+            for (name, value) in arch {
+                let what = format!("{} in [runners.arch]", name.get_ref());
+                let labels = self.string_list(value, &what);
+                runners
+                    .arch
+                    .push((Sp::new(name.get_ref().to_string(), name.span()), labels));
+            }
+        }
+        Some(runners)
     }
 
     fn retry(&mut self, item: &Item<'_>) -> Option<RawRetry> {

@@ -549,6 +549,55 @@ impl Checker<'_, '_> {
         }
     }
 
+    /// `[runners]`: labels a runner can carry (no spaces or commas, which GitHub's label lists
+    /// split on), arch keys that are archs, and an `arch-label` template with only `{arch}`.
+    pub(super) fn check_runners(&mut self, raw: &RawFile) {
+        let Some(runners) = &raw.runners else {
+            return;
+        };
+        let mut labels: Vec<&Sp<String>> = runners.labels.iter().flatten().collect();
+        labels.extend(runners.arch.iter().flat_map(|(_, l)| l));
+        for label in labels {
+            let bad = label.value.is_empty()
+                || label.value.chars().any(|c| c.is_whitespace() || c == ',');
+            if bad {
+                self.problems.push(
+                    Diagnostic::error(
+                        format!("`{}` is not a runner label", label.value),
+                        Some(label.span.clone()),
+                    )
+                    .label("a label is a non-empty word without spaces or commas"),
+                );
+            }
+        }
+        for (arch, _) in &runners.arch {
+            if !crate::matrix::gpus::is_arch(&arch.value) {
+                self.problems.push(
+                    Diagnostic::error(
+                        format!("`{}` in [runners.arch] is not a GPU arch", arch.value),
+                        Some(arch.span.clone()),
+                    )
+                    .label("expected an arch such as `sm_90`"),
+                );
+            }
+        }
+        if let Some(template) = &runners.arch_label {
+            let rest = template.value.replace("{arch}", "");
+            if !template.value.contains("{arch}") || rest.contains(['{', '}', ' ', ',']) {
+                self.problems.push(
+                    Diagnostic::error(
+                        format!(
+                            "arch-label `{}` must name `{{arch}}` and nothing else",
+                            template.value
+                        ),
+                        Some(template.span.clone()),
+                    )
+                    .label("e.g. `gpu-{arch}` gives `gpu-sm_90`"),
+                );
+            }
+        }
+    }
+
     pub(super) fn check_env_names(&mut self, raw: &RawFile) {
         for (name, _) in &raw.env {
             let valid = name

@@ -780,3 +780,90 @@ fn github_publish_opens_one_issue_per_fingerprint_and_comments_on_recurrence() {
         assert!(s.violations.is_empty(), "{:#?}", s.violations);
     });
 }
+
+/// The split the gate workflow uses: the GPU job runs the gate with no token at all, and a
+/// later job posts its folder with `publish --pr`. The comment and check run are the ones
+/// `gate --github-pr` would post, gate.json records the result, and an unfinished or missing
+/// gate folder is refused before GitHub is asked.
+#[test]
+fn github_publish_posts_a_gate_folder_the_gpu_job_wrote() {
+    let sandbox = Sandbox::new();
+    sandbox.file("m.toml", MATRIX);
+    sandbox.file("job.sh", JOB);
+    let stand_in = StandIn::start();
+    let ran = gate_cmd(&sandbox, &stand_in, "lib==2", "g")
+        .env_remove("GITHUB_TOKEN")
+        .output()
+        .expect("gate");
+    assert_eq!(ran.status.code(), Some(1), "a confirmed regression");
+    stand_in.with(|s| assert!(s.log.is_empty(), "the gate asked GitHub: {:?}", s.log));
+
+    let publish = |folder: &str| {
+        gpucompat()
+            .current_dir(sandbox.path())
+            .env("GITHUB_API_URL", stand_in.url())
+            .env("GITHUB_REPOSITORY", REPO)
+            .env("GITHUB_TOKEN", token())
+            .env_remove("GITHUB_SHA")
+            .env_remove("GITHUB_RUN_ID")
+            .args(["publish", folder, "--pr", "7", "--sha", SHA])
+            .args(["--report-url", "https://ci.example/run/1"])
+            .output()
+            .expect("publish")
+    };
+    let posted = publish("g");
+    let stdout = String::from_utf8_lossy(&posted.stdout);
+    let stderr = String::from_utf8_lossy(&posted.stderr);
+    assert_eq!(posted.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("posted: http"), "{stdout}");
+    no_token_in(&[&stdout, &stderr]);
+    let marked = stand_in.marked(7, "<!-- gpucompat-gate: m.toml -->");
+    assert_eq!(marked.len(), 1);
+    let body = marked[0]["body"].as_str().expect("body");
+    assert!(
+        body.contains("gpucompat gate: 1 confirmed regression"),
+        "{body}"
+    );
+    assert!(body.contains("https://ci.example/run/1"), "{body}");
+    assert!(body.contains("ghs_[REDACTED]"), "{body}");
+    let gate_json = std::fs::read_to_string(sandbox.path().join("g/gate.json")).expect("gate.json");
+    let gate: Value = serde_json::from_str(&gate_json).expect("JSON");
+    assert_eq!(gate["github"]["state"], "posted", "{gate_json}");
+    assert_eq!(
+        gate["regressions"][0]["id"], "bad",
+        "the verdict is kept whole"
+    );
+
+    // Posting again edits the one comment.
+    assert_eq!(publish("g").status.code(), Some(0));
+    assert_eq!(
+        stand_in.marked(7, "<!-- gpucompat-gate: m.toml -->").len(),
+        1
+    );
+    stand_in.with(|s| {
+        assert_eq!(s.check_runs.len(), 2);
+        assert_eq!(s.check_runs[0]["conclusion"], "failure");
+        assert_eq!(s.check_runs[0]["head_sha"], SHA);
+        assert!(s.violations.is_empty(), "{:#?}", s.violations);
+    });
+
+    // Not a gate folder: bad input, and GitHub is not asked.
+    let asked = stand_in.with(|s| s.log.len());
+    let missing = publish("nowhere");
+    assert_eq!(missing.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains("nowhere/gate.json"), "{stderr}");
+    let unfinished = sandbox.file(
+        "u/gate.json",
+        &gate_json.replace("\"state\": \"finished\"", "\"state\": \"running\""),
+    );
+    assert!(unfinished.exists());
+    let running = publish("u");
+    assert_eq!(running.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&running.stderr).contains("did not finish"),
+        "{}",
+        String::from_utf8_lossy(&running.stderr)
+    );
+    stand_in.with(|s| assert_eq!(s.log.len(), asked, "GitHub was asked"));
+}
