@@ -28,3 +28,4 @@ mod provision;
 mod report;
 mod run;
 mod schedule;
+mod slurm;

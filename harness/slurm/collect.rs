@@ -1,0 +1,132 @@
+//! The array tasks' shard run folders into the run folder: each record with its logs (read and
+//! copied by [`crate::merge`]), and for a cell whose task Slurm ended before it had a record, a
+//! spurious `error` that names the Slurm state, with the task's output in its log.
+
+use super::state::{TaskId, TaskState};
+use super::{SlurmError, Submitted, script};
+use crate::matrix::Plan;
+use crate::merge;
+use crate::record::{CellRecord, Shard, Status};
+use crate::run::{self, folder::RunFolder};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// What the collection added to the run folder.
+pub(super) struct Collected {
+    pub(super) records: Vec<CellRecord>,
+    pub(super) shards: Vec<Shard>,
+    pub(super) new_records: usize,
+    /// Cells of tasks an interruption cancelled: no record, so `--resume` runs them.
+    pub(super) unfinished: usize,
+}
+
+/// Lines of a task's Slurm output kept in a lost cell's log.
+const OUTPUT_TAIL: usize = 40;
+
+pub(super) fn collect(
+    plan: &Plan,
+    folder: &mut RunFolder,
+    out: &Path,
+    submitted: &[Submitted],
+    states: &HashMap<TaskId, TaskState>,
+    interrupted: bool,
+) -> Result<Collected, SlurmError> {
+    let mut collected = Collected {
+        records: Vec::new(),
+        shards: Vec::new(),
+        new_records: 0,
+        unfinished: 0,
+    };
+    let slurm = out.join(script::SLURM_DIR);
+    for array in submitted {
+        for (index, task) in array.array.tasks.iter().enumerate() {
+            let id = TaskId {
+                job: array.job,
+                task: u32::try_from(index).unwrap_or(u32::MAX),
+            };
+            let shard = slurm.join(script::TASKS_DIR).join(id.to_string());
+            // A shard that cannot be read (its task died writing it) costs its cells' records,
+            // never the run's.
+            let read = shard
+                .join(run::folder::MANIFEST)
+                .is_file()
+                .then(|| merge::read_shard(&shard).ok())
+                .flatten();
+            let mut taken = 0;
+            for &cell in &task.cells {
+                let cell_id = plan.cells[cell].id.as_str();
+                let found = read
+                    .as_ref()
+                    .and_then(|r| r.records.iter().find(|rec| rec.id == cell_id));
+                let record = match found {
+                    Some(record) => {
+                        merge::copy_files(&shard, record, out).map_err(SlurmError::Collect)?;
+                        taken += 1;
+                        record.clone()
+                    }
+                    None => {
+                        let state = states.get(&id);
+                        // Cancelled by this run's Ctrl-C: not run, not an error.
+                        if interrupted && state.is_none_or(|s| s.state == "CANCELLED" || s.going())
+                        {
+                            collected.unfinished += 1;
+                            continue;
+                        }
+                        lost_record(plan, cell, id, state, out, &shard)
+                    }
+                };
+                folder.append(&record)?;
+                collected.new_records += 1;
+                collected.records.push(record);
+            }
+            if let Some(read) = &read {
+                collected.shards.push(merge::shard_entry(read, taken));
+            }
+        }
+    }
+    Ok(collected)
+}
+
+/// The record of a cell its task never recorded: a spurious `error` (the cluster's doing, not
+/// the cell's), the Slurm state in `reason`, and a log with whatever the cell wrote before and
+/// the end of the task's Slurm output.
+fn lost_record(
+    plan: &Plan,
+    cell: usize,
+    id: TaskId,
+    state: Option<&TaskState>,
+    out: &Path,
+    shard: &Path,
+) -> CellRecord {
+    let output = format!("{}/{}/{id}.out", script::SLURM_DIR, script::OUTPUT_DIR);
+    let reason = match state {
+        Some(state) => format!("{}; task output: {output}", state.reason(id)),
+        None => format!(
+            "Slurm: task {id} ended without Slurm reporting a state (cancelled before it started?); task output: {output}"
+        ),
+    };
+    let host = state
+        .and_then(|s| s.nodes.clone())
+        .unwrap_or_else(|| "slurm".to_owned());
+    let record = CellRecord {
+        spurious: true,
+        ..run::unrun_record(plan, cell, &host, Status::Error, reason.clone())
+    };
+    let mut log = std::fs::read_to_string(shard.join(&record.log)).unwrap_or_default();
+    if !log.is_empty() && !log.ends_with('\n') {
+        log.push('\n');
+    }
+    log.push_str(&format!("[gpucompat] {reason}\n"));
+    if let Ok(text) = std::fs::read_to_string(out.join(&output)) {
+        let lines: Vec<&str> = text.lines().collect();
+        log.push_str(&format!(
+            "[gpucompat] the last lines of {output}:\n"
+        ));
+        for line in &lines[lines.len().saturating_sub(OUTPUT_TAIL)..] {
+            log.push_str(&format!("[gpucompat] | {line}\n"));
+        }
+    }
+    // The record says why either way; a log that cannot be written is not worth more.
+    let _ = std::fs::write(out.join(&record.log), log);
+    record
+}
