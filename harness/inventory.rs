@@ -139,7 +139,8 @@ pub fn allocated(inventory: Inventory, visible: Option<&str>) -> Inventory {
         .iter()
         .filter_map(|entry| {
             inventory.gpus.iter().find(|g| {
-                entry.parse::<u32>().is_ok_and(|i| i == g.index) || g.uuid.as_deref() == Some(*entry)
+                entry.parse::<u32>().is_ok_and(|i| i == g.index)
+                    || g.uuid.as_deref() == Some(*entry)
             })
         })
         .cloned()

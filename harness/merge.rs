@@ -99,7 +99,7 @@ pub(crate) fn read_shard(folder: &Path) -> Result<Read, MergeError> {
 }
 
 /// When a record's cell finished: its start plus its duration (records without a start sort first).
-fn finished(record: &CellRecord) -> SystemTime {
+pub(crate) fn finished(record: &CellRecord) -> SystemTime {
     let start = record
         .started_at
         .as_deref()

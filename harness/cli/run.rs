@@ -292,7 +292,12 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
     let folder = summary.folder.clone();
     if args.slurm_task {
         // A Slurm task's shard is collected into the run folder, which gets the report.
-        let text = summary_text(&summary, &out, Err("a Slurm task's shard has none".to_owned()), clock.elapsed());
+        let text = summary_text(
+            &summary,
+            &out,
+            Err("a Slurm task's shard has none".to_owned()),
+            clock.elapsed(),
+        );
         super::print_stdout(&text)?;
         return Ok(exit_code(&summary));
     }
@@ -403,7 +408,10 @@ fn check_slurm_flags(args: &RunArgs) -> Result<(), CliError> {
     }
     let given = [
         ("--slurm-partition", args.slurm_partition.is_some()),
-        ("--slurm-constraint-prefix", args.slurm_constraint_prefix.is_some()),
+        (
+            "--slurm-constraint-prefix",
+            args.slurm_constraint_prefix.is_some(),
+        ),
         ("--slurm-arg", !args.slurm_args.is_empty()),
     ];
     match given.iter().find(|(_, set)| *set) {

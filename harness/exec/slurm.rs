@@ -35,8 +35,14 @@ pub enum SlurmCommandError {
 }
 
 /// Runs `program args` (in `dir` when given) and returns its standard output.
-fn capture(program: &str, args: &[String], dir: Option<&Path>) -> Result<String, SlurmCommandError> {
+fn capture(
+    program: &str,
+    args: &[String],
+    dir: Option<&Path>,
+) -> Result<String, SlurmCommandError> {
     let mut expression = duct::cmd(program, args)
+        // Times as seconds since the epoch: Slurm prints local time without a zone otherwise.
+        .env("SLURM_TIME_FORMAT", "%s")
         .stdin_null()
         .stdout_capture()
         .stderr_capture()
@@ -108,14 +114,14 @@ pub fn squeue(jobs: &[String]) -> Result<String, SlurmCommandError> {
 }
 
 /// `sacct` over the given jobs, one line per task allocation (`-X`):
-/// `JobID|State|ExitCode|NodeList|Start|Elapsed`.
+/// `JobID|State|ExitCode|NodeList|Start|End|Elapsed`, times in seconds since the epoch.
 pub fn sacct(jobs: &[String]) -> Result<String, SlurmCommandError> {
     let args = [
         format!("--jobs={}", jobs.join(",")),
         "--allocations".to_owned(),
         "--parsable2".to_owned(),
         "--noheader".to_owned(),
-        "--format=JobID,State,ExitCode,NodeList,Start,Elapsed".to_owned(),
+        "--format=JobID,State,ExitCode,NodeList,Start,End,Elapsed".to_owned(),
     ];
     capture("sacct", &args, None)
 }
@@ -132,13 +138,20 @@ mod tests {
     #[test]
     fn missing_programs_and_failures_are_told_apart() {
         let err = capture("no-such-slurm-command-gpucompat", &[], None);
-        assert!(matches!(err, Err(SlurmCommandError::Missing { .. })), "{err:?}");
-        let err = capture("sh", &["-c".into(), "echo refused >&2; exit 1".into()], None);
+        assert!(
+            matches!(err, Err(SlurmCommandError::Missing { .. })),
+            "{err:?}"
+        );
+        let err = capture(
+            "sh",
+            &["-c".into(), "echo refused >&2; exit 1".into()],
+            None,
+        );
         assert!(
             matches!(err, Err(SlurmCommandError::Failed { ref stderr, .. }) if stderr == "refused"),
             "{err:?}"
         );
-        let out = capture("sh", &["-c".into(), "echo 12;c1".into()], None).expect("runs");
+        let out = capture("sh", &["-c".into(), "echo '12;c1'".into()], None).expect("runs");
         assert_eq!(out, "12;c1\n");
     }
 }

@@ -307,7 +307,11 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
 }
 
 /// The manifest at the start of a run: a fresh one, or the resumed run's, marked running again.
-pub(crate) fn open_manifest(previous: Option<Manifest>, plan: &Plan, inventory: &Inventory) -> Manifest {
+pub(crate) fn open_manifest(
+    previous: Option<Manifest>,
+    plan: &Plan,
+    inventory: &Inventory,
+) -> Manifest {
     match previous {
         Some(mut manifest) => {
             manifest.resumes += 1;

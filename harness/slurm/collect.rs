@@ -53,11 +53,13 @@ pub(super) fn collect(
                 .then(|| merge::read_shard(&shard).ok())
                 .flatten();
             let mut taken = 0;
+            let state = states.get(&id);
             for &cell in &task.cells {
                 let cell_id = plan.cells[cell].id.as_str();
                 let found = read
                     .as_ref()
-                    .and_then(|r| r.records.iter().find(|rec| rec.id == cell_id));
+                    .and_then(|r| r.records.iter().find(|rec| rec.id == cell_id))
+                    .filter(|record| !killed_by_slurm(record, state));
                 let record = match found {
                     Some(record) => {
                         merge::copy_files(&shard, record, out).map_err(SlurmError::Collect)?;
@@ -65,7 +67,6 @@ pub(super) fn collect(
                         record.clone()
                     }
                     None => {
-                        let state = states.get(&id);
                         // Cancelled by this run's Ctrl-C: not run, not an error.
                         if interrupted && state.is_none_or(|s| s.state == "CANCELLED" || s.going())
                         {
@@ -85,6 +86,36 @@ pub(super) fn collect(
         }
     }
     Ok(collected)
+}
+
+/// Signals Slurm sends every process of a task it ends: `SIGTERM`, then `SIGKILL`.
+const SLURM_SIGNALS: [i32; 2] = [15, 9];
+
+/// A failure recorded this close to its task's end (start times are to the second, and the
+/// node's clock may be a little off the controller's) is taken as Slurm's doing.
+const END_WINDOW_S: u64 = 3;
+
+/// Whether a shard's record is the cell dying of Slurm ending its task: Slurm signals every
+/// process of the task at once, so the cell's command may end (and be recorded as failing)
+/// before the task's gpucompat hears of it. Such a failure ended by Slurm's signal, or within
+/// moments of the task's end (a server that exits cleanly on `SIGTERM`), is not the cell's. A
+/// cell that passed, or failed earlier, keeps its record.
+fn killed_by_slurm(record: &CellRecord, state: Option<&TaskState>) -> bool {
+    let Some(state) = state.filter(|s| s.ended_by_cluster()) else {
+        return false;
+    };
+    let failed = matches!(record.status, Status::Fail | Status::Xfail | Status::Xpass);
+    let signalled = record
+        .exit
+        .and_then(|e| e.signal)
+        .is_some_and(|s| SLURM_SIGNALS.contains(&s));
+    let finished = merge::finished(record)
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let at_the_end = state
+        .ended_at
+        .is_some_and(|end| finished.saturating_add(END_WINDOW_S) >= end);
+    failed && (signalled || at_the_end)
 }
 
 /// The record of a cell its task never recorded: a spurious `error` (the cluster's doing, not
@@ -119,9 +150,7 @@ fn lost_record(
     log.push_str(&format!("[gpucompat] {reason}\n"));
     if let Ok(text) = std::fs::read_to_string(out.join(&output)) {
         let lines: Vec<&str> = text.lines().collect();
-        log.push_str(&format!(
-            "[gpucompat] the last lines of {output}:\n"
-        ));
+        log.push_str(&format!("[gpucompat] the last lines of {output}:\n"));
         for line in &lines[lines.len().saturating_sub(OUTPUT_TAIL)..] {
             log.push_str(&format!("[gpucompat] | {line}\n"));
         }

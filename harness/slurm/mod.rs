@@ -272,7 +272,12 @@ fn submit(
             tasks: array
                 .tasks
                 .iter()
-                .map(|t| t.cells.iter().map(|&i| plan.cells[i].id.to_string()).collect())
+                .map(|t| {
+                    t.cells
+                        .iter()
+                        .map(|&i| plan.cells[i].id.to_string())
+                        .collect()
+                })
                 .collect(),
             array: array.clone(),
         });

@@ -114,8 +114,11 @@ mod tests {
     fn a_script_maps_each_task_to_its_cells_and_runs_gpucompat() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("m.toml");
-        std::fs::write(&path, "[matrix]\nn = [\"a b\", \"c\"]\n[job]\ncommand = \"true\"\n")
-            .expect("write");
+        std::fs::write(
+            &path,
+            "[matrix]\nn = [\"a b\", \"c\"]\n[job]\ncommand = \"true\"\n",
+        )
+        .expect("write");
         let plan = crate::matrix::load(&path).expect("valid");
         let array = Array {
             constraint: Some("sm_90".into()),
@@ -131,7 +134,10 @@ mod tests {
         };
         let script = batch_script(&plan, &array, &command);
         let ids: Vec<&str> = plan.cells.iter().map(|c| c.id.as_str()).collect();
-        assert!(script.contains(&format!("  0) cells=(--cell {}) ;;", shell_quote(ids[0]))), "{script}");
+        assert!(
+            script.contains(&format!("  0) cells=(--cell {}) ;;", shell_quote(ids[0]))),
+            "{script}"
+        );
         assert!(
             script.contains(&format!(
                 "  1) cells=(--cell {} --cell {}) ;;",
@@ -141,8 +147,17 @@ mod tests {
             "{script}"
         );
         assert!(script.contains("exec /opt/bin/gpucompat run "), "{script}");
-        assert!(script.contains("--slurm-task --cache-dir '/shared/cache dir'\n"), "{script}");
-        let args = sbatch_args(&array, Some("gpu"), "gpucompat-x", command.out, &["--qos=low".into()]);
+        assert!(
+            script.contains("--slurm-task --cache-dir '/shared/cache dir'\n"),
+            "{script}"
+        );
+        let args = sbatch_args(
+            &array,
+            Some("gpu"),
+            "gpucompat-x",
+            command.out,
+            &["--qos=low".into()],
+        );
         assert_eq!(args[0], "--array=0-1");
         assert!(args.contains(&"--time=11".to_owned()));
         assert!(args.contains(&"--constraint=sm_90".to_owned()));

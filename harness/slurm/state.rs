@@ -28,6 +28,8 @@ pub struct TaskState {
     pub nodes: Option<String>,
     /// Why it waits (squeue's reason), when pending.
     pub reason: Option<String>,
+    /// When it ended, in seconds since the epoch (`sacct`'s `End`).
+    pub ended_at: Option<u64>,
 }
 
 /// States of a task that has not ended yet (a requeued task runs again).
@@ -48,7 +50,25 @@ const GOING: &[&str] = &[
     "SPECIAL_EXIT",
 ];
 
+/// States in which Slurm itself ended a task: it signalled every process of the task (`SIGTERM`,
+/// then `SIGKILL`), its cells' included, or lost them with their node.
+const ENDED_BY_CLUSTER: &[&str] = &[
+    "TIMEOUT",
+    "CANCELLED",
+    "PREEMPTED",
+    "NODE_FAIL",
+    "BOOT_FAIL",
+    "OUT_OF_MEMORY",
+    "DEADLINE",
+];
+
 impl TaskState {
+    /// Whether Slurm ended the task (time limit, cancel, preemption, node failure, memory):
+    /// a cell killed by a signal then was killed by Slurm, not by its own fault.
+    pub fn ended_by_cluster(&self) -> bool {
+        ENDED_BY_CLUSTER.contains(&self.state.as_str())
+    }
+
     /// Whether the task may still run (or is running).
     pub fn going(&self) -> bool {
         GOING.contains(&self.state.as_str())
@@ -91,7 +111,11 @@ pub struct ParseError {
 
 /// `sbatch --parsable`: `JOBID` or `JOBID;CLUSTER`.
 pub fn parse_sbatch(text: &str) -> Result<u64, ParseError> {
-    let line = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
     let id = line.split(';').next().unwrap_or("").trim();
     id.parse().map_err(|_| ParseError {
         program: "sbatch",
@@ -126,7 +150,9 @@ fn pending_tasks(text: &str) -> Vec<TaskId> {
     for part in list.split(',') {
         let (from, to) = part.split_once('-').unwrap_or((part, part));
         if let (Ok(from), Ok(to)) = (from.parse::<u32>(), to.parse::<u32>()) {
-            tasks.extend((from..=to.min(from.saturating_add(100_000))).map(|task| TaskId { job, task }));
+            tasks.extend(
+                (from..=to.min(from.saturating_add(100_000))).map(|task| TaskId { job, task }),
+            );
         }
     }
     tasks
@@ -155,6 +181,7 @@ pub fn parse_squeue(text: &str) -> Result<HashMap<TaskId, TaskState>, ParseError
             exit: None,
             nodes: field(nodes),
             reason: field(reason),
+            ended_at: None,
         };
         match task_id(id) {
             Some(id) => {
@@ -170,8 +197,8 @@ pub fn parse_squeue(text: &str) -> Result<HashMap<TaskId, TaskState>, ParseError
     Ok(states)
 }
 
-/// `sacct --allocations --parsable2 --noheader --format=JobID,State,ExitCode,NodeList,...`
-/// lines; `CANCELLED by 0` is read as `CANCELLED`.
+/// `sacct --allocations --parsable2 --noheader --format=JobID,State,ExitCode,NodeList,Start,End,...`
+/// lines (times as `SLURM_TIME_FORMAT=%s` prints them); `CANCELLED by 0` is read as `CANCELLED`.
 pub fn parse_sacct(text: &str) -> Result<HashMap<TaskId, TaskState>, ParseError> {
     let mut states = HashMap::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -189,6 +216,7 @@ pub fn parse_sacct(text: &str) -> Result<HashMap<TaskId, TaskState>, ParseError>
             exit: field(fields[2]),
             nodes: field(fields[3]),
             reason: None,
+            ended_at: fields.get(5).and_then(|end| end.trim().parse().ok()),
         };
         match task_id(fields[0]) {
             Some(id) => {
@@ -236,19 +264,25 @@ mod tests {
     #[test]
     fn sacct_states_drop_who_cancelled() {
         let states = parse_sacct(
-            "9_0|COMPLETED|0:0|vm|2026-11-25T22:59:32|00:00:01\n\
-             9_1|TIMEOUT|0:15|vm|2026-11-25T22:59:32|00:01:24\n\
-             9_2|CANCELLED by 0|0:0|vm|2026-11-25T22:59:32|00:00:03\n\
-             9_3|NODE_FAIL|0:0|gpu7|2026-11-25T22:59:32|00:00:03\n",
+            "9_0|COMPLETED|0:0|vm|1795647572|1795647573|00:00:01\n\
+             9_1|TIMEOUT|0:15|vm|1795647572|1795647656|00:01:24\n\
+             9_2|CANCELLED by 0|0:0|vm|1795647572|1795647575|00:00:03\n\
+             9_3|NODE_FAIL|0:0|gpu7|1795647572|Unknown|00:00:03\n",
         )
         .expect("parses");
         let id = |task| TaskId { job: 9, task };
         assert_eq!(states[&id(2)].state, "CANCELLED");
+        assert_eq!(states[&id(1)].ended_at, Some(1_795_647_656));
+        assert_eq!(states[&id(3)].ended_at, None);
         assert_eq!(
             states[&id(1)].reason(id(1)),
             "Slurm TIMEOUT: task 9_1 hit its Slurm time limit (exit 0:15) on vm"
         );
-        assert!(states[&id(3)].reason(id(3)).starts_with("Slurm NODE_FAIL: task 9_3 lost its node"));
+        assert!(
+            states[&id(3)]
+                .reason(id(3))
+                .starts_with("Slurm NODE_FAIL: task 9_3 lost its node")
+        );
         assert!(!states[&id(2)].going());
         assert!(parse_sacct("9_0|COMPLETED\n").is_err());
     }

@@ -168,7 +168,10 @@ count = 1
             },
         };
         assert_eq!(shape.feature("sm_90@1"), "gpu_sm_90");
-        assert_eq!(shape.constraint(&plan.cells[4]).as_deref(), Some("gpu_sm_86&l40s"));
+        assert_eq!(
+            shape.constraint(&plan.cells[4]).as_deref(),
+            Some("gpu_sm_86&l40s")
+        );
         assert_eq!(shape.minutes(&plan, &[0, 1, 2]), 2);
     }
 
@@ -180,7 +183,10 @@ count = 1
         let all: Vec<usize> = (0..plan.cells.len()).collect();
         let arrays = Shape::default().arrays(&plan, &all, 2);
         let pins = |task: &Task| -> Vec<String> {
-            task.cells.iter().map(|&i| plan.cells[i].pins_text()).collect()
+            task.cells
+                .iter()
+                .map(|&i| plan.cells[i].pins_text())
+                .collect()
         };
         assert_eq!(arrays.len(), 1, "tasks alike share one array");
         assert_eq!(arrays[0].tasks.len(), 2);
@@ -188,7 +194,10 @@ count = 1
         assert_eq!(arrays[0].minutes, 13);
         for task in &arrays[0].tasks {
             assert_eq!(task.cells.len(), 3);
-            assert!(pins(task).iter().all(|p| *p == pins(task)[0]), "one environment per task");
+            assert!(
+                pins(task).iter().all(|p| *p == pins(task)[0]),
+                "one environment per task"
+            );
         }
         // Fewer cells than the limit: one task each, all alike, so one array.
         let arrays = Shape::default().arrays(&plan, &all, 1000);
