@@ -17,6 +17,7 @@ Examples:
   gpucompat run matrices/nightly.toml --out runs/2026-11-21 -j 4
   gpucompat run matrices/nightly.toml --out runs/2026-11-21 --resume
   gpucompat run matrices/nightly.toml --out runs/try --force --cell 0.6.3-sm_90
+  gpucompat run matrices/nightly.toml --executor slurm --slurm-partition gpu --out /shared/run
 
 Without `--out`, every run gets a new folder, runs/<matrix name>/<UTC time>; the last lines of
 the run name it and its report (index.html).
@@ -215,8 +216,8 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
                 let both: Vec<String> = args
                     .cells
                     .iter()
+                    .filter(|&id| selected.contains(id) || !known(id))
                     .cloned()
-                    .filter(|id| selected.contains(id) || !known(id))
                     .collect();
                 if both.is_empty() {
                     return Err(CliError::input(anyhow::anyhow!(

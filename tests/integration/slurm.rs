@@ -28,6 +28,7 @@ struct Cluster {
 }
 
 /// Whether Slurm's daemons and clients are installed; says so when they are not.
+#[allow(clippy::print_stderr, reason = "a skipped test says why on stderr")]
 fn slurm_installed() -> bool {
     let missing: Vec<&str> = DAEMONS
         .iter()
