@@ -159,3 +159,87 @@ fn lost_record(
     let _ = std::fs::write(out.join(&record.log), log);
     record
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Exit;
+
+    fn record(
+        status: Status,
+        signal: Option<i32>,
+        started_at: &str,
+        duration_s: f64,
+    ) -> CellRecord {
+        CellRecord {
+            id: "c".into(),
+            values: Default::default(),
+            pins: Vec::new(),
+            status,
+            signature: None,
+            phase: None,
+            duration_s,
+            attempts: 1,
+            log: "logs/c.log".into(),
+            metrics: Default::default(),
+            runner: Default::default(),
+            fingerprint: None,
+            line: None,
+            excerpt: None,
+            exit: Some(Exit { code: None, signal }),
+            spurious: false,
+            reason: None,
+            expectation: None,
+            started_at: Some(started_at.into()),
+            leaked: 0,
+            hang: None,
+            format_version: 1,
+        }
+    }
+
+    fn state(name: &str, ended_at: Option<u64>) -> TaskState {
+        TaskState {
+            state: name.into(),
+            exit: None,
+            nodes: None,
+            reason: None,
+            ended_at,
+        }
+    }
+
+    #[test]
+    fn only_failures_slurm_caused_lose_their_record() {
+        // 2026-11-25T23:00:00Z
+        let end = 1_795_647_600;
+        let at = "2026-11-25T22:59:00Z";
+        let timeout = state("TIMEOUT", Some(end));
+        // Killed by Slurm's SIGTERM, or failing as the task ended: Slurm's doing.
+        assert!(killed_by_slurm(
+            &record(Status::Fail, Some(15), at, 1.0),
+            Some(&timeout)
+        ));
+        assert!(killed_by_slurm(
+            &record(Status::Fail, None, at, 59.0),
+            Some(&timeout)
+        ));
+        // A failure of its own, well before the end, and any pass, are the cell's.
+        assert!(!killed_by_slurm(
+            &record(Status::Fail, Some(11), at, 1.0),
+            Some(&timeout)
+        ));
+        assert!(!killed_by_slurm(
+            &record(Status::Pass, Some(15), at, 59.0),
+            Some(&timeout)
+        ));
+        // A task that ended on its own says nothing about its cells' signals.
+        let completed = state("COMPLETED", Some(end));
+        assert!(!killed_by_slurm(
+            &record(Status::Fail, Some(15), at, 59.0),
+            Some(&completed)
+        ));
+        assert!(!killed_by_slurm(
+            &record(Status::Fail, Some(9), at, 1.0),
+            None
+        ));
+    }
+}

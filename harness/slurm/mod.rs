@@ -160,8 +160,19 @@ pub async fn execute(plan: Plan, options: SlurmOptions) -> Result<RunSummary, Sl
         }
     };
     let jobs: Vec<String> = submitted.iter().map(|s| s.job.to_string()).collect();
-    let waited = wait(&jobs, options.poll, &reporter, &submitted, &plan).await?;
-    let states = final_states(&jobs, waited.states);
+    let waited = if jobs.is_empty() {
+        Waited {
+            states: HashMap::new(),
+            interrupted: false,
+        }
+    } else {
+        wait(&jobs, options.poll, &reporter, &submitted, &plan).await?
+    };
+    let states = if jobs.is_empty() {
+        waited.states
+    } else {
+        final_states(&jobs, waited.states)
+    };
     let collected = collect::collect(
         &plan,
         &mut folder,
@@ -281,6 +292,9 @@ fn submit(
                 .collect(),
             array: array.clone(),
         });
+    }
+    if submitted.is_empty() {
+        return Ok(submitted);
     }
     let path = free_name(&slurm, "jobs", "json");
     let text = serde_json::to_vec_pretty(&submitted).unwrap_or_default();

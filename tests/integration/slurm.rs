@@ -496,6 +496,10 @@ fn slurm_executor_runs_cells_as_array_tasks_and_names_what_slurm_ended() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(stderr.contains("submitted Slurm job"), "{stderr}");
+    assert!(
+        stderr.contains("TIMEOUT on node1: timeout"),
+        "each task's state is said: {stderr}"
+    );
 
     let all = records(&out);
     assert_eq!(all.len(), 4, "{all:?}");
@@ -584,6 +588,24 @@ fn slurm_executor_runs_cells_as_array_tasks_and_names_what_slurm_ended() {
     );
     let md = std::fs::read_to_string(dir.join("report/compat.md")).expect("compat.md");
     assert!(md.contains("illegal_address"), "{md}");
+
+    // A resume that keeps the infrastructure errors has nothing to submit: the same records.
+    let resumed = cluster
+        .run(
+            &matrix,
+            &out,
+            &inventory,
+            &["--resume", "--no-retry-errors"],
+        )
+        .output()
+        .expect("gpucompat");
+    assert_eq!(
+        resumed.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert_eq!(records(&out).len(), 4);
 
     // Ctrl-C while a task runs: the jobs are cancelled, the cell keeps no record (a resume
     // runs it), and the run says it was interrupted.
