@@ -157,6 +157,45 @@ count = 1
     }
 
     #[test]
+    fn the_slurm_table_is_read_and_checked_where_written() {
+        let plan = plan(&format!(
+            "{MATRIX}[slurm]\npartition = \"gpu\"\nconstraint-prefix = \"gpu_\"\nfeatures = {{ sm_89 = \"l40s\" }}\nargs = [\"--qos=low\"]\ntime-margin = \"2m\"\n"
+        ));
+        assert_eq!(plan.slurm.partition.as_deref(), Some("gpu"));
+        assert_eq!(
+            plan.slurm.features,
+            [("sm_89".to_owned(), "l40s".to_owned())]
+        );
+        assert_eq!(plan.slurm.args, ["--qos=low"]);
+        let shape = Shape {
+            settings: plan.slurm.clone(),
+        };
+        // Two attempts of 90 s, then the two-minute margin.
+        assert_eq!(shape.minutes(&plan, &[0]), 5);
+        assert_eq!(
+            shape.constraint(&plan.cells[4]).as_deref(),
+            Some("gpu_sm_86&l40s")
+        );
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("bad.toml");
+        std::fs::write(
+            &path,
+            "[matrix]\nn = [1]\n[job]\ncommand = \"true\"\n[slurm]\nfeatures = { h100 = \"x\" }\ntime-limit = \"soon\"\nqueue = \"gpu\"\n",
+        )
+        .expect("write");
+        let err = crate::matrix::load(&path).expect_err("invalid").to_string();
+        for needle in [
+            "`h100` in [slurm] features is not a GPU arch",
+            "time-limit in [slurm] is not a duration",
+            "unknown key `queue` in [slurm]",
+            "bad.toml:6:",
+        ] {
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+    }
+
+    #[test]
     fn features_prefix_and_fixed_limits_from_the_settings() {
         let plan = plan(MATRIX);
         let shape = Shape {
