@@ -607,6 +607,26 @@ fn slurm_executor_runs_cells_as_array_tasks_and_names_what_slurm_ended() {
     );
     assert_eq!(records(&out).len(), 4);
 
+    // A node shape the cluster does not have: sbatch refuses it, exit 2 with Slurm's own reason,
+    // and the run folder is left empty for the next try.
+    let bad = sandbox.file(
+        "bad.toml",
+        "[matrix]\nn = [1]\n[resources]\ngpus = \"sm_100\"\n[job]\ncommand = \"true\"\n",
+    );
+    let refused_out = dir.join("refused");
+    let refused = cluster
+        .run(&bad, &refused_out, &inventory, &[])
+        .output()
+        .expect("gpucompat");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("sbatch refused array 1 (constraint sm_100, gres gpu:1")
+            && stderr.contains("Invalid feature specification"),
+        "{stderr}"
+    );
+    assert!(!refused_out.join("manifest.json").exists());
+
     // Ctrl-C while a task runs: the jobs are cancelled, the cell keeps no record (a resume
     // runs it), and the run says it was interrupted.
     let out = dir.join("interrupted");
