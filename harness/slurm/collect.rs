@@ -88,6 +88,52 @@ pub(super) fn collect(
     Ok(collected)
 }
 
+/// On `--resume`: the records that earlier submissions' tasks wrote into their shards but that
+/// never reached the run folder (the submitting process died while they ran), so that they are
+/// not run again. A failure ended by a signal in a shard whose task was stopped is left out:
+/// the cell runs again.
+pub(super) fn adopt_earlier(
+    plan: &Plan,
+    folder: &mut RunFolder,
+    out: &Path,
+    known: &HashMap<String, CellRecord>,
+) -> Result<(Vec<CellRecord>, Vec<Shard>), SlurmError> {
+    let tasks = out.join(script::SLURM_DIR).join(script::TASKS_DIR);
+    let mut shards: Vec<std::path::PathBuf> = match std::fs::read_dir(&tasks) {
+        Ok(entries) => entries.flatten().map(|e| e.path()).collect(),
+        Err(_) => return Ok((Vec::new(), Vec::new())),
+    };
+    shards.sort();
+    let mut adopted: Vec<CellRecord> = Vec::new();
+    let mut entries = Vec::new();
+    for shard in shards {
+        let Ok(read) = merge::read_shard(&shard) else {
+            continue;
+        };
+        let stopped = read.manifest.state != crate::record::RunState::Finished;
+        let mut taken = 0;
+        for record in &read.records {
+            let in_plan = plan.cells.iter().any(|c| c.id.as_str() == record.id);
+            let seen = known.contains_key(&record.id) || adopted.iter().any(|r| r.id == record.id);
+            let signalled = record
+                .exit
+                .and_then(|e| e.signal)
+                .is_some_and(|s| SLURM_SIGNALS.contains(&s));
+            if !in_plan || seen || (stopped && signalled) {
+                continue;
+            }
+            merge::copy_files(&shard, record, out).map_err(SlurmError::Collect)?;
+            folder.append(record)?;
+            adopted.push(record.clone());
+            taken += 1;
+        }
+        if taken > 0 {
+            entries.push(merge::shard_entry(&read, taken));
+        }
+    }
+    Ok((adopted, entries))
+}
+
 /// Signals Slurm sends every process of a task it ends: `SIGTERM`, then `SIGKILL`.
 const SLURM_SIGNALS: [i32; 2] = [15, 9];
 

@@ -136,15 +136,28 @@ pub async fn execute(plan: Plan, options: SlurmOptions) -> Result<RunSummary, Sl
     folder.write_manifest(&manifest)?;
     folder.write_atomic(run::folder::PLAN, &plan_json)?;
     let mut records = previous.records;
+    let mut reporter = Reporter::new(selected.len(), 0, false, options.quiet, None, 1);
+    for bad in &previous.bad_lines {
+        reporter.line(&format!("warning: {bad}"));
+    }
+    if options.resume {
+        let (adopted, shards) = collect::adopt_earlier(&plan, &mut folder, &options.out, &records)?;
+        if !adopted.is_empty() {
+            reporter.progress(&format!(
+                "kept {} record(s) that earlier Slurm tasks wrote after this run stopped waiting",
+                adopted.len()
+            ));
+        }
+        manifest.shards.extend(shards);
+        for record in adopted {
+            records.insert(record.id.clone(), record);
+        }
+    }
     let to_run = run::still_to_run(&plan, selected, &records, options.retry_errors);
     let shape = Shape {
         settings: options.settings.clone(),
     };
     let arrays = shape.arrays(&plan, &to_run, options.max_tasks);
-    let mut reporter = Reporter::new(to_run.len(), 0, false, options.quiet, None, 1);
-    for bad in &previous.bad_lines {
-        reporter.line(&format!("warning: {bad}"));
-    }
     let submitted = match submit(&plan, &options, &arrays, &reporter) {
         Ok(submitted) => submitted,
         Err(err) => {

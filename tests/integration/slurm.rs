@@ -376,7 +376,8 @@ impl Drop for Cluster {
     }
 }
 
-/// Cell modes: `pass`, `fail` (a CUDA error), and any other, which notes its array task
+/// Cell modes: `pass`, `fail` (a CUDA error), `gate` (passes once `release` exists beside the
+/// matrix), and any other, which notes its array task
 /// (`JOB_TASK`: the task's own `SLURM_JOB_ID` may be the whole array's) in `<mode>.job` beside
 /// the matrix and sleeps until Slurm ends it.
 const CELL: &str = r#"#!/bin/sh
@@ -384,6 +385,9 @@ dir=$(dirname "$0")
 case "$1" in
   pass) echo "cell pass on GPU $CUDA_VISIBLE_DEVICES, Slurm gave $SLURM_JOB_GPUS" ;;
   fail) echo 'RuntimeError: CUDA error: an illegal memory access was encountered'; exit 1 ;;
+  gate) echo "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" > "$dir/gate.job"
+        while [ ! -e "$dir/release" ]; do sleep 0.1; done
+        echo released ;;
   *) task="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
      echo "holding in Slurm task $task"
      echo "$task" > "$dir/$1.job.tmp" && mv "$dir/$1.job.tmp" "$dir/$1.job"
@@ -626,6 +630,55 @@ fn slurm_executor_runs_cells_as_array_tasks_and_names_what_slurm_ended() {
         "{stderr}"
     );
     assert!(!refused_out.join("manifest.json").exists());
+
+    // The submitting process dies while a task runs; the task finishes on its own, and a resume
+    // keeps its record instead of running the cell again.
+    let gated = sandbox.file(
+        "gated.toml",
+        &MATRIX
+            .replace("\"pass\", \"fail\", \"timeout\", \"cancel\"", "\"gate\"")
+            .replace("@DIR@", &dir.display().to_string()),
+    );
+    let gated_out = dir.join("gated");
+    let mut child = cluster
+        .run(&gated, &gated_out, &inventory, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gpucompat");
+    held_job(dir, "gate");
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    std::fs::write(dir.join("release"), "").expect("release");
+    let shard_results = || {
+        std::fs::read_dir(gated_out.join("slurm/tasks"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                std::fs::read_to_string(e.path().join("results.jsonl"))
+                    .is_ok_and(|t| t.contains("\"pass\""))
+            })
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), shard_results),
+        "the gated task never recorded"
+    );
+    let resumed = cluster
+        .run(&gated, &gated_out, &inventory, &["--resume"])
+        .output()
+        .expect("gpucompat");
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(0), "{stderr}");
+    assert!(
+        !stderr.contains("submitted Slurm job"),
+        "nothing to run again: {stderr}"
+    );
+    let gated_records = records(&gated_out);
+    assert_eq!(gated_records.len(), 1);
+    assert_eq!(gated_records[0]["status"], "pass");
+    let log = std::fs::read_to_string(gated_out.join("logs/gate.log")).expect("log");
+    assert!(log.contains("released"), "{log}");
 
     // Ctrl-C while a task runs: the jobs are cancelled, the cell keeps no record (a resume
     // runs it), and the run says it was interrupted.
