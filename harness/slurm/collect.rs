@@ -44,7 +44,7 @@ pub(super) fn collect(
                 job: array.job,
                 task: u32::try_from(index).unwrap_or(u32::MAX),
             };
-            let shard = slurm.join(script::TASKS_DIR).join(id.to_string());
+            let shard = latest_shard(&slurm.join(script::TASKS_DIR), id);
             // A shard that cannot be read (its task died writing it) costs its cells' records,
             // never the run's.
             let read = shard
@@ -86,6 +86,25 @@ pub(super) fn collect(
         }
     }
     Ok(collected)
+}
+
+/// The shard of a task's last try: `JOB_TASK.restartN` with the largest N after requeues, else
+/// `JOB_TASK`.
+fn latest_shard(tasks: &Path, id: TaskId) -> std::path::PathBuf {
+    let prefix = format!("{id}.restart");
+    let restart = std::fs::read_dir(tasks)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix(&prefix)?.parse::<u32>().ok()
+        })
+        .max();
+    match restart {
+        Some(n) => tasks.join(format!("{prefix}{n}")),
+        None => tasks.join(id.to_string()),
+    }
 }
 
 /// On `--resume`: the records that earlier submissions' tasks wrote into their shards but that
@@ -251,6 +270,26 @@ mod tests {
             reason: None,
             ended_at,
         }
+    }
+
+    #[test]
+    fn a_requeued_task_is_read_from_its_last_try() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let id = TaskId { job: 7, task: 2 };
+        assert_eq!(latest_shard(dir.path(), id), dir.path().join("7_2"));
+        for name in [
+            "7_2",
+            "7_2.restart1",
+            "7_2.restart10",
+            "7_2.restart9",
+            "7_20.restart99",
+        ] {
+            std::fs::create_dir(dir.path().join(name)).expect("mkdir");
+        }
+        assert_eq!(
+            latest_shard(dir.path(), id),
+            dir.path().join("7_2.restart10")
+        );
     }
 
     #[test]

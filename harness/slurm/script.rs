@@ -2,7 +2,8 @@
 //!
 //! Every task runs the same gpucompat binary, `gpucompat run FILE --cell ID... --out SHARD`, into
 //! a shard folder of the run (`slurm/tasks/JOB_TASK`), so its records are the ones a local run
-//! writes. A task Slurm requeues (after a preemption or a lost node) resumes its shard.
+//! writes. A task Slurm requeues (after a preemption or a lost node) starts over in a shard of
+//! its own (`JOB_TASK.restartN`), which the collection prefers.
 
 use super::tasks::Array;
 use crate::matrix::Plan;
@@ -52,10 +53,10 @@ pub fn batch_script(plan: &Plan, array: &Array, command: &TaskCommand<'_>) -> St
         "  *) echo \"gpucompat: array task ${{SLURM_ARRAY_TASK_ID:-?}} has no cells\" >&2; exit 2 ;;\n\
          esac\n\
          shard={}/\"${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}\"\n\
-         # A requeued task finishes its shard instead of starting it again.\n\
-         resume=()\n\
-         if [ -e \"$shard/manifest.json\" ]; then resume=(--resume); fi\n\
-         exec {} run {} \"${{cells[@]}}\" --out \"$shard\" ${{resume[@]+\"${{resume[@]}}\"}} --jobs 1 --slurm-task{}\n",
+         # A task Slurm requeued (preempted, its node lost) starts over in a shard of its own: the\n\
+         # cells the first try recorded as failing may have died of Slurm's signal.\n\
+         if [ \"${{SLURM_RESTART_COUNT:-0}}\" != 0 ]; then shard=\"$shard.restart$SLURM_RESTART_COUNT\"; fi\n\
+         exec {} run {} \"${{cells[@]}}\" --out \"$shard\" --jobs 1 --slurm-task{}\n",
         shell_quote(&slurm.join(TASKS_DIR).display().to_string()),
         shell_quote(&command.exe.display().to_string()),
         shell_quote(&command.matrix.display().to_string()),
@@ -89,7 +90,7 @@ pub fn sbatch_args(
                 .join("%A_%a.out")
                 .display()
         ),
-        // Requeued tasks resume their shard; nothing else of the task is kept between tries.
+        // A requeued task's output follows its first try's.
         "--open-mode=append".to_owned(),
     ];
     if let Some(partition) = partition {
