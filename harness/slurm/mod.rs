@@ -23,7 +23,7 @@ pub mod tasks;
 use crate::exec::slurm::{self as commands, SlurmCommandError};
 use crate::inventory::{self, Inventory};
 use crate::matrix::{Plan, SlurmSettings};
-use crate::record::RunState;
+use crate::record::{CellRecord, Manifest, RunState};
 use crate::run::folder::{FolderError, RunFolder};
 use crate::run::progress::Reporter;
 use crate::run::{self, RunError, RunSummary};
@@ -125,23 +125,71 @@ pub async fn execute(plan: Plan, options: SlurmOptions) -> Result<RunSummary, Sl
     let selected = run::select(&plan, &options.cells)?;
     // No Slurm here is said before a run folder is made.
     commands::sbatch_version().map_err(SlurmError::Command)?;
-    let plan_json = serde_json::to_vec_pretty(&plan).map_err(RunError::PlanJson)?;
+    let mut opened = open(&plan, &options, selected.len())?;
+    let to_run = run::still_to_run(&plan, selected, &opened.records, options.retry_errors);
+    let shape = Shape {
+        settings: options.settings.clone(),
+    };
+    let arrays = shape.arrays(&plan, &to_run, options.max_tasks);
+    let submitted = match submit(&plan, &options, &arrays, &opened.reporter) {
+        Ok(submitted) => submitted,
+        Err(err) => {
+            // Nothing ran: a new run folder is emptied again, so the same `--out` can be used
+            // once the submission is fixed.
+            if !options.resume {
+                drop(opened.folder);
+                if run::folder::clear(&options.out).is_ok() {
+                    let _ = std::fs::remove_file(options.out.join(".lock"));
+                }
+            }
+            return Err(err);
+        }
+    };
+    let jobs: Vec<String> = submitted.iter().map(|s| s.job.to_string()).collect();
+    let (states, interrupted) = if jobs.is_empty() {
+        (HashMap::new(), false)
+    } else {
+        let waited = wait(&jobs, options.poll, &opened.reporter, &submitted, &plan).await?;
+        (final_states(&jobs, waited.states), waited.interrupted)
+    };
+    let collected = collect::collect(
+        &plan,
+        &mut opened.folder,
+        &options.out,
+        &submitted,
+        &states,
+        interrupted,
+    )?;
+    finish(plan, options.out, opened, collected, interrupted)
+}
+
+/// The run folder as a Slurm run starts: opened (or resumed), its manifest and plan written,
+/// and on `--resume` the records earlier tasks left in their shards taken in.
+struct Opened {
+    folder: RunFolder,
+    manifest: Manifest,
+    records: HashMap<String, CellRecord>,
+    reporter: Reporter,
+}
+
+fn open(plan: &Plan, options: &SlurmOptions, selected: usize) -> Result<Opened, SlurmError> {
+    let plan_json = serde_json::to_vec_pretty(plan).map_err(RunError::PlanJson)?;
     let (mut folder, previous) = RunFolder::open(&options.out, &plan.file_hash, options.resume)?;
     let submitter = Inventory {
         host: inventory::hostname(),
         gpus: Vec::new(),
         source: "slurm".to_owned(),
     };
-    let mut manifest = run::open_manifest(previous.manifest, &plan, &submitter);
+    let mut manifest = run::open_manifest(previous.manifest, plan, &submitter);
     folder.write_manifest(&manifest)?;
     folder.write_atomic(run::folder::PLAN, &plan_json)?;
     let mut records = previous.records;
-    let mut reporter = Reporter::new(selected.len(), 0, false, options.quiet, None, 1);
+    let reporter = Reporter::new(selected, 0, false, options.quiet, None, 1);
     for bad in &previous.bad_lines {
         reporter.line(&format!("warning: {bad}"));
     }
     if options.resume {
-        let (adopted, shards) = collect::adopt_earlier(&plan, &mut folder, &options.out, &records)?;
+        let (adopted, shards) = collect::adopt_earlier(plan, &mut folder, &options.out, &records)?;
         if !adopted.is_empty() {
             reporter.progress(&format!(
                 "kept {} record(s) that earlier Slurm tasks wrote after this run stopped waiting",
@@ -153,54 +201,35 @@ pub async fn execute(plan: Plan, options: SlurmOptions) -> Result<RunSummary, Sl
             records.insert(record.id.clone(), record);
         }
     }
-    let to_run = run::still_to_run(&plan, selected, &records, options.retry_errors);
-    let shape = Shape {
-        settings: options.settings.clone(),
-    };
-    let arrays = shape.arrays(&plan, &to_run, options.max_tasks);
-    let submitted = match submit(&plan, &options, &arrays, &reporter) {
-        Ok(submitted) => submitted,
-        Err(err) => {
-            // Nothing ran: a new run folder is emptied again, so the same `--out` can be used
-            // once the submission is fixed.
-            if !options.resume {
-                drop(folder);
-                if run::folder::clear(&options.out).is_ok() {
-                    let _ = std::fs::remove_file(options.out.join(".lock"));
-                }
-            }
-            return Err(err);
-        }
-    };
-    let jobs: Vec<String> = submitted.iter().map(|s| s.job.to_string()).collect();
-    let waited = if jobs.is_empty() {
-        Waited {
-            states: HashMap::new(),
-            interrupted: false,
-        }
-    } else {
-        wait(&jobs, options.poll, &reporter, &submitted, &plan).await?
-    };
-    let states = if jobs.is_empty() {
-        waited.states
-    } else {
-        final_states(&jobs, waited.states)
-    };
-    let collected = collect::collect(
-        &plan,
-        &mut folder,
-        &options.out,
-        &submitted,
-        &states,
-        waited.interrupted,
-    )?;
+    Ok(Opened {
+        folder,
+        manifest,
+        records,
+        reporter,
+    })
+}
+
+/// The collected records said, the manifest closed, the summary in plan order.
+fn finish(
+    plan: Plan,
+    out: PathBuf,
+    opened: Opened,
+    collected: collect::Collected,
+    interrupted: bool,
+) -> Result<RunSummary, SlurmError> {
+    let Opened {
+        folder,
+        mut manifest,
+        mut records,
+        mut reporter,
+    } = opened;
     for record in collected.records {
         reporter.finished(&record, true);
         records.insert(record.id.clone(), record);
     }
     reporter.done();
     manifest.finished_at = Some(run::now());
-    manifest.state = if waited.interrupted {
+    manifest.state = if interrupted {
         RunState::Interrupted
     } else {
         RunState::Finished
@@ -213,10 +242,10 @@ pub async fn execute(plan: Plan, options: SlurmOptions) -> Result<RunSummary, Sl
         .filter_map(|c| records.remove(c.id.as_str()))
         .collect();
     Ok(RunSummary {
-        folder: options.out,
+        folder: out,
         records,
         new_records: collected.new_records,
-        interrupted: waited.interrupted.then_some(collected.unfinished),
+        interrupted: interrupted.then_some(collected.unfinished),
         manifest,
     })
 }
