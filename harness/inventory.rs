@@ -122,6 +122,44 @@ pub fn detect() -> Inventory {
     }
 }
 
+/// The GPUs of `inventory` that a Slurm task was given: those `CUDA_VISIBLE_DEVICES` names (as
+/// Slurm sets it for `--gres=gpu`), by index or UUID, in its order. Where the node shows only the
+/// allocated GPUs (device cgroups renumber them), the whole inventory is the allocation. Without
+/// the variable, nothing is known and the inventory is kept.
+pub fn allocated(inventory: Inventory, visible: Option<&str>) -> Inventory {
+    let Some(visible) = visible else {
+        return inventory;
+    };
+    let entries: Vec<&str> = visible
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .collect();
+    let picked: Vec<GpuInfo> = entries
+        .iter()
+        .filter_map(|entry| {
+            inventory.gpus.iter().find(|g| {
+                entry.parse::<u32>().is_ok_and(|i| i == g.index)
+                    || g.uuid.as_deref() == Some(*entry)
+            })
+        })
+        .cloned()
+        .collect();
+    let gpus = if picked.is_empty() && inventory.gpus.len() == entries.len() {
+        inventory.gpus
+    } else {
+        picked
+    };
+    Inventory {
+        host: inventory.host,
+        gpus,
+        source: format!(
+            "{} (Slurm allocation: CUDA_VISIBLE_DEVICES={visible})",
+            inventory.source
+        ),
+    }
+}
+
 /// Parses `index, name, compute_cap, memory.total, uuid` CSV lines (memory in MiB, as
 /// `--format=csv,noheader,nounits` prints it; the last two may be missing or `[N/A]`).
 pub fn parse_nvidia_smi(text: &str) -> Vec<GpuInfo> {
@@ -210,6 +248,33 @@ mod tests {
         assert_eq!(gpus[1].uuid, None);
         assert_eq!(gpus[2].arch, "sm_110");
         assert_eq!(gpus[2].memory_mib, None);
+    }
+
+    #[test]
+    fn a_slurm_allocation_narrows_the_inventory() {
+        let gpu = |index, uuid: &str| GpuInfo {
+            index,
+            name: "H100".into(),
+            arch: "sm_90".into(),
+            memory_mib: None,
+            uuid: Some(uuid.into()),
+        };
+        let all = Inventory {
+            host: "node1".into(),
+            gpus: vec![gpu(0, "GPU-a"), gpu(1, "GPU-b"), gpu(2, "GPU-c")],
+            source: "nvidia-smi".into(),
+        };
+        let indices = |inv: &Inventory| inv.gpus.iter().map(|g| g.index).collect::<Vec<_>>();
+        assert_eq!(indices(&allocated(all.clone(), Some("2,0"))), [2, 0]);
+        assert_eq!(indices(&allocated(all.clone(), Some("GPU-b"))), [1]);
+        assert_eq!(indices(&allocated(all.clone(), None)), [0, 1, 2]);
+        assert!(allocated(all.clone(), Some("")).gpus.is_empty());
+        let one = Inventory {
+            gpus: vec![gpu(0, "GPU-c")],
+            ..all
+        };
+        // A device cgroup shows only the allocated card, as index 0, while Slurm names it 2.
+        assert_eq!(indices(&allocated(one, Some("2"))), [0]);
     }
 
     #[test]

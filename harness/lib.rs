@@ -18,6 +18,8 @@
 //! - [`provision`]: environments with a cell's pins, installed once per pin set.
 //! - [`engines`]: how a server engine is launched, told ready and asked.
 //! - [`run`]: `gpucompat run`: the dispatcher, one cell's lifecycle, the run folder.
+//! - [`slurm`]: `gpucompat run --executor slurm`: the cells as Slurm job arrays, each task the
+//!   same `gpucompat run` into a shard, collected into one run folder.
 //! - [`classify`]: names a failed cell's root cause from its log, exit status and watchdog verdict
 //!   (built-in rules in `classify/rules.toml`, plus a matrix file's `[[rules]]`).
 //! - [`report`]: compatibility tables (Markdown, CSV, JSON, JUnit), the static HTML dashboard and
@@ -58,5 +60,6 @@ pub mod report;
 pub mod run;
 pub mod schedule;
 pub mod signature;
+pub mod slurm;
 mod suggest;
 pub mod watchdog;

@@ -59,11 +59,12 @@ pub struct Merged {
     pub conflicts: Vec<Conflict>,
 }
 
-/// One shard as read.
-struct Read {
-    folder: PathBuf,
-    manifest: Manifest,
-    records: Vec<CellRecord>,
+/// One shard as read (also the Slurm executor's view of an array task's run folder).
+pub(crate) struct Read {
+    pub(crate) folder: PathBuf,
+    pub(crate) manifest: Manifest,
+    /// Its last record per cell, by id.
+    pub(crate) records: Vec<CellRecord>,
 }
 
 fn unreadable(path: &Path, message: impl ToString) -> MergeError {
@@ -73,7 +74,7 @@ fn unreadable(path: &Path, message: impl ToString) -> MergeError {
     }
 }
 
-fn read_shard(folder: &Path) -> Result<Read, MergeError> {
+pub(crate) fn read_shard(folder: &Path) -> Result<Read, MergeError> {
     let manifest_path = folder.join("manifest.json");
     let text = match fs::read_to_string(&manifest_path) {
         Ok(text) => text,
@@ -98,7 +99,7 @@ fn read_shard(folder: &Path) -> Result<Read, MergeError> {
 }
 
 /// When a record's cell finished: its start plus its duration (records without a start sort first).
-fn finished(record: &CellRecord) -> SystemTime {
+pub(crate) fn finished(record: &CellRecord) -> SystemTime {
     let start = record
         .started_at
         .as_deref()
@@ -226,6 +227,21 @@ fn files_of(shard: &Path, record: &CellRecord) -> Vec<String> {
     files
 }
 
+/// Copies the files a record of `shard` names into the run folder `out` (its `logs/` made).
+pub(crate) fn copy_files(shard: &Path, record: &CellRecord, out: &Path) -> Result<(), MergeError> {
+    for file in files_of(shard, record) {
+        let from = shard.join(&file);
+        let to = out.join(&file);
+        if from.is_file() {
+            if let Some(parent) = to.parent() {
+                fs::create_dir_all(parent).map_err(write_err(parent))?;
+            }
+            fs::copy(&from, &to).map_err(write_err(&to))?;
+        }
+    }
+    Ok(())
+}
+
 fn write(
     out: &Path,
     read: &[Read],
@@ -238,13 +254,7 @@ fn write(
     let mut taken = vec![0usize; read.len()];
     for (index, record) in records {
         taken[*index] += 1;
-        for file in files_of(&read[*index].folder, record) {
-            let from = read[*index].folder.join(&file);
-            let to = out.join(&file);
-            if from.is_file() {
-                fs::copy(&from, &to).map_err(write_err(&to))?;
-            }
-        }
+        copy_files(&read[*index].folder, record, out)?;
         lines.push_str(&serde_json::to_string(record).unwrap_or_default());
         lines.push('\n');
     }
@@ -305,14 +315,19 @@ fn merged_manifest(read: &[Read], taken: &[usize]) -> Manifest {
         shards: read
             .iter()
             .zip(taken)
-            .map(|(r, records)| Shard {
-                folder: r.folder.display().to_string(),
-                host: r.manifest.host.clone(),
-                started_at: r.manifest.started_at.clone(),
-                finished_at: r.manifest.finished_at.clone(),
-                state: r.manifest.state,
-                records: *records,
-            })
+            .map(|(r, records)| shard_entry(r, *records))
             .collect(),
+    }
+}
+
+/// A shard as the merged manifest names it, with the number of records taken from it.
+pub(crate) fn shard_entry(read: &Read, records: usize) -> Shard {
+    Shard {
+        folder: read.folder.display().to_string(),
+        host: read.manifest.host.clone(),
+        started_at: read.manifest.started_at.clone(),
+        finished_at: read.manifest.finished_at.clone(),
+        state: read.manifest.state,
+        records,
     }
 }

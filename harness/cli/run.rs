@@ -17,6 +17,7 @@ Examples:
   gpucompat run matrices/nightly.toml --out runs/2026-11-21 -j 4
   gpucompat run matrices/nightly.toml --out runs/2026-11-21 --resume
   gpucompat run matrices/nightly.toml --out runs/try --force --cell 0.6.3-sm_90
+  gpucompat run matrices/nightly.toml --executor slurm --slurm-partition gpu --out /shared/run
 
 Without `--out`, every run gets a new folder, runs/<matrix name>/<UTC time>; the last lines of
 the run name it and its report (index.html).
@@ -77,6 +78,41 @@ pub(crate) struct RunArgs {
     /// Time between SIGTERM and SIGKILL when a cell is torn down.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     grace: Duration,
+    /// Where cells run: `local`, on this host's GPUs; `slurm`, as Slurm job arrays (one task per
+    /// cell), every task running this gpucompat into the run folder, which must be on a
+    /// filesystem the nodes share, as must the cache.
+    #[arg(long, value_enum, default_value_t = Executor::Local)]
+    executor: Executor,
+    /// With `--executor slurm`: the partition [default: the matrix's `[slurm] partition`, else
+    /// the cluster's default].
+    #[arg(long, value_name = "NAME")]
+    slurm_partition: Option<String>,
+    /// With `--executor slurm`: put before each GPU arch to name the node feature asked with
+    /// `--constraint` (`gpu_` asks for `gpu_sm_90`) [default: the matrix's `[slurm]
+    /// constraint-prefix`, else none: `sm_90`].
+    #[arg(long, value_name = "PREFIX")]
+    slurm_constraint_prefix: Option<String>,
+    /// With `--executor slurm`: an extra `sbatch` argument, after the matrix's `[slurm] args`
+    /// (repeatable; e.g. `--slurm-arg=--account=ml`).
+    #[arg(long = "slurm-arg", value_name = "ARG", allow_hyphen_values = true)]
+    slurm_args: Vec<String>,
+    /// With `--executor slurm`: the longest wait between two polls of `squeue`.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    slurm_poll: Duration,
+    /// With `--executor slurm`: the most array tasks; past it, cells sharing an environment and
+    /// GPUs share a task (Slurm's default MaxArraySize allows 1001).
+    #[arg(long, value_name = "N", default_value_t = crate::slurm::tasks::DEFAULT_MAX_TASKS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    slurm_max_tasks: usize,
+    /// Internal: this run is one Slurm array task; its GPUs are the ones Slurm gave it.
+    #[arg(long, hide = true)]
+    slurm_task: bool,
+}
+
+/// Where `gpucompat run` runs cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Executor {
+    Local,
+    Slurm,
 }
 
 /// Where runs go when no `--out` is given: `runs/<matrix name>/<UTC time>`, relative to the
@@ -166,7 +202,7 @@ pub(super) fn default_cache_dir() -> PathBuf {
 pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
     let plan = super::matrix::load(&args.file)?;
     let cells = match &args.filter {
-        None => args.cells,
+        None => args.cells.clone(),
         Some(expr) => {
             let selected: Vec<String> = super::filter_cells(&plan, expr)?
                 .into_iter()
@@ -179,8 +215,9 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
                 let known = |id: &String| plan.cells.iter().any(|c| c.id.as_str() == id);
                 let both: Vec<String> = args
                     .cells
-                    .into_iter()
-                    .filter(|id| selected.contains(id) || !known(id))
+                    .iter()
+                    .filter(|&id| selected.contains(id) || !known(id))
+                    .cloned()
                     .collect();
                 if both.is_empty() {
                     return Err(CliError::input(anyhow::anyhow!(
@@ -191,14 +228,16 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
             }
         }
     };
-    let inventory = match &args.inventory {
-        Some(path) => inventory::load(path).map_err(CliError::input)?,
-        None => inventory::detect(),
+    check_slurm_flags(&args)?;
+    // Everything that can fail on bad input fails before a run folder is made.
+    let inventory = match args.executor {
+        Executor::Local => Some(local_inventory(&args)?),
+        Executor::Slurm => None,
     };
     // Cells run in the matrix file's folder: every path handed to them (JIT caches, environments)
     // must not depend on where the harness was started.
     let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
-    let (out, created) = match args.out {
+    let (out, created) = match args.out.clone() {
         Some(out) => {
             if args.force {
                 run::folder::clear(&out).map_err(folder_error)?;
@@ -212,28 +251,27 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
             (out, true)
         }
     };
-    let options = RunOptions {
-        out: absolute(out.clone()),
-        jobs: args.jobs,
-        inventory,
-        resume: args.resume,
-        retry_errors: !args.no_retry_errors,
-        cells,
-        cache_root: absolute(args.cache_dir.unwrap_or_else(default_cache_dir)),
-        limits: LogLimits::from_total(args.log_limit),
-        grace: args.grace,
-        reaper_exe: std::env::current_exe().ok(),
-        interactive: Reporter::stderr_is_interactive(),
-        slow_after: Some(args.slow_after),
-        quiet: false,
-    };
+    let cache_root = absolute(args.cache_dir.clone().unwrap_or_else(default_cache_dir));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(CliError::harness)?;
     let clock = std::time::Instant::now();
-    let summary = runtime
-        .block_on(run::execute(plan, options))
+    let executed = match inventory {
+        Some(inventory) => {
+            let options = local_options(&args, inventory, absolute(out.clone()), cells, cache_root);
+            runtime
+                .block_on(run::execute(plan, options))
+                .map_err(|err| (err.is_input(), anyhow::Error::from(err)))
+        }
+        None => {
+            let options = slurm_options(&args, &plan, absolute(out.clone()), cells, cache_root);
+            runtime
+                .block_on(crate::slurm::execute(plan, options))
+                .map_err(|err| (err.is_input(), anyhow::Error::from(err)))
+        }
+    };
+    let summary = executed
         .inspect_err(|_| {
             // A new folder that the run never got to use is not left behind as an empty run
             // (`remove_dir` removes only an empty folder).
@@ -241,8 +279,8 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
                 let _ = std::fs::remove_dir(&out);
             }
         })
-        .map_err(|err| {
-            if err.is_input() {
+        .map_err(|(input, err)| {
+            if input {
                 CliError::input(err)
             } else {
                 CliError::harness(err)
@@ -253,6 +291,17 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
     // The run folder carries its own report (compat.md, index.html, ...). A report that cannot be
     // written is worth a warning, never the loss of the run's verdict.
     let folder = summary.folder.clone();
+    if args.slurm_task {
+        // A Slurm task's shard is collected into the run folder, which gets the report.
+        let text = summary_text(
+            &summary,
+            &out,
+            Err("a Slurm task's shard has none".to_owned()),
+            clock.elapsed(),
+        );
+        super::print_stdout(&text)?;
+        return Ok(exit_code(&summary));
+    }
     let report = report::render(
         std::slice::from_ref(&folder),
         &folder,
@@ -263,6 +312,115 @@ pub(crate) fn run(args: RunArgs) -> Result<u8, CliError> {
     let text = summary_text(&summary, &out, report, clock.elapsed());
     super::print_stdout(&text)?;
     Ok(exit_code(&summary))
+}
+
+/// The local executor's options: this host's GPUs (or, in a Slurm task, those Slurm gave it).
+fn local_inventory(args: &RunArgs) -> Result<inventory::Inventory, CliError> {
+    let inventory = match &args.inventory {
+        Some(path) => inventory::load(path).map_err(CliError::input)?,
+        None => inventory::detect(),
+    };
+    Ok(if args.slurm_task {
+        inventory::allocated(
+            inventory,
+            env::var(EnvVars::CUDA_VISIBLE_DEVICES).as_deref(),
+        )
+    } else {
+        inventory
+    })
+}
+
+fn local_options(
+    args: &RunArgs,
+    inventory: inventory::Inventory,
+    out: PathBuf,
+    cells: Vec<String>,
+    cache_root: PathBuf,
+) -> RunOptions {
+    RunOptions {
+        out,
+        jobs: args.jobs,
+        inventory,
+        resume: args.resume,
+        retry_errors: !args.no_retry_errors,
+        cells,
+        cache_root,
+        limits: LogLimits::from_total(args.log_limit),
+        grace: args.grace,
+        reaper_exe: std::env::current_exe().ok(),
+        interactive: !args.slurm_task && Reporter::stderr_is_interactive(),
+        slow_after: Some(args.slow_after),
+        quiet: false,
+    }
+}
+
+/// The Slurm executor's options: the matrix's `[slurm]` under the command line's flags, and
+/// what every task's `gpucompat run` is given.
+fn slurm_options(
+    args: &RunArgs,
+    plan: &crate::matrix::Plan,
+    out: PathBuf,
+    cells: Vec<String>,
+    cache_root: PathBuf,
+) -> crate::slurm::SlurmOptions {
+    let mut settings = plan.slurm.clone();
+    if let Some(partition) = &args.slurm_partition {
+        settings.partition = Some(partition.clone());
+    }
+    if let Some(prefix) = &args.slurm_constraint_prefix {
+        settings.constraint_prefix = Some(prefix.clone());
+    }
+    settings.args.extend(args.slurm_args.iter().cloned());
+    // `current_exe` fails only where /proc is missing; the name on PATH is the best guess then.
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("gpucompat"));
+    let mut task_args = vec![
+        "--cache-dir".to_owned(),
+        cache_root.display().to_string(),
+        "--log-limit".to_owned(),
+        args.log_limit.to_string(),
+        "--slow-after".to_owned(),
+        humantime::format_duration(args.slow_after).to_string(),
+        "--grace".to_owned(),
+        humantime::format_duration(args.grace).to_string(),
+    ];
+    if let Some(path) = &args.inventory {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+        task_args.extend(["--inventory".to_owned(), path.display().to_string()]);
+    }
+    crate::slurm::SlurmOptions {
+        out,
+        resume: args.resume,
+        retry_errors: !args.no_retry_errors,
+        cells,
+        settings,
+        poll: args.slurm_poll,
+        max_tasks: args.slurm_max_tasks,
+        exe,
+        task_args,
+        quiet: false,
+    }
+}
+
+/// `--slurm-*` flags mean nothing to the local executor: given without `--executor slurm`, they
+/// are a mistake worth saying.
+fn check_slurm_flags(args: &RunArgs) -> Result<(), CliError> {
+    if args.executor == Executor::Slurm {
+        return Ok(());
+    }
+    let given = [
+        ("--slurm-partition", args.slurm_partition.is_some()),
+        (
+            "--slurm-constraint-prefix",
+            args.slurm_constraint_prefix.is_some(),
+        ),
+        ("--slurm-arg", !args.slurm_args.is_empty()),
+    ];
+    match given.iter().find(|(_, set)| *set) {
+        Some((flag, _)) => Err(CliError::input(anyhow::anyhow!(
+            "`{flag}` needs `--executor slurm`"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// 130 when interrupted; 1 when a cell failed unexpectedly, passed unexpectedly (xpass) or hit

@@ -13,6 +13,7 @@
 //! - [`reaper`]: a guardian process that kills every cell process if the harness dies, even by
 //!   SIGKILL, when the pipe it listens on closes.
 //! - [`probe`]: short synchronous commands whose output is captured (`nvidia-smi`).
+//! - [`slurm`]: Slurm's client commands (`sbatch`, `squeue`, `sacct`, `scancel`) through `duct`.
 //! - [`pyspy`]: py-spy for hang captures (found, or installed into the tool cache) and its dumps.
 #![allow(
     clippy::disallowed_methods,
@@ -27,3 +28,4 @@ pub mod process;
 pub mod procfs;
 pub mod pyspy;
 pub mod reaper;
+pub mod slurm;

@@ -198,6 +198,7 @@ fn build(
         rules: user_rules(&raw),
         python: python_env(&raw),
         runners: runners(&raw),
+        slurm: slurm_settings(&raw),
     })
 }
 
@@ -411,6 +412,25 @@ fn retry_policy(raw: &RawFile) -> RetryPolicy {
             count: r.count.as_ref().map_or(0, |c| c.value),
             on: r.on.iter().map(|s| s.value).collect(),
         })
+}
+
+fn slurm_settings(raw: &RawFile) -> SlurmSettings {
+    let Some(slurm) = &raw.slurm else {
+        return SlurmSettings::default();
+    };
+    let text = |s: &Option<Sp<String>>| s.as_ref().map(|s| s.value.clone());
+    SlurmSettings {
+        partition: text(&slurm.partition),
+        constraint_prefix: text(&slurm.constraint_prefix),
+        features: slurm
+            .features
+            .iter()
+            .map(|(arch, feature)| (arch.value.clone(), feature.value.clone()))
+            .collect(),
+        args: slurm.args.iter().map(|a| a.value.clone()).collect(),
+        time_limit: slurm.time_limit.as_ref().map(|d| d.value),
+        time_margin: slurm.time_margin.as_ref().map(|d| d.value),
+    }
 }
 
 fn user_rules(raw: &RawFile) -> Vec<UserRule> {

@@ -38,6 +38,9 @@ pub struct Plan {
     /// `[runners]`: the `runs-on` labels of `plan --format github`.
     #[serde(skip_serializing_if = "Runners::is_default")]
     pub runners: Runners,
+    /// `[slurm]`: how `gpucompat run --executor slurm` asks for nodes (empty: Slurm's defaults).
+    #[serde(skip_serializing_if = "SlurmSettings::is_empty")]
+    pub slurm: SlurmSettings,
 }
 
 /// The labels GitHub runners advertise for the cells' needs (`[runners]`, docs/matrix.md).
@@ -66,6 +69,42 @@ impl Runners {
         }
         let template = self.arch_label.as_deref().unwrap_or("gpu-{arch}");
         vec![template.replace("{arch}", arch)]
+    }
+}
+
+/// `[slurm]`: the partition, the node feature per GPU arch, extra `sbatch` arguments and the
+/// tasks' time limits. The command line's `--slurm-*` flags override or extend it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SlurmSettings {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    /// Put before an arch to name its node feature (`gpu_` gives `gpu_sm_90`); default none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub constraint_prefix: Option<String>,
+    /// Arch -> node feature, where a cluster names them otherwise (`sm_90` -> `h100`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<(String, String)>,
+    /// Extra `sbatch` arguments (`--account=ml`, `--qos=nightly`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// One time limit for every task instead of the one its cells' timeouts give.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "duration_text::serialize_opt"
+    )]
+    pub time_limit: Option<Duration>,
+    /// Added to a task's cells' timeouts for installing environments and starting up
+    /// [default: 10 minutes].
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "duration_text::serialize_opt"
+    )]
+    pub time_margin: Option<Duration>,
+}
+
+impl SlurmSettings {
+    pub fn is_empty(&self) -> bool {
+        *self == SlurmSettings::default()
     }
 }
 
@@ -217,5 +256,15 @@ mod duration_text {
 
     pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(&humantime::format_duration(*d))
+    }
+
+    pub(super) fn serialize_opt<S: Serializer>(
+        d: &Option<Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => serialize(d, s),
+            None => s.serialize_none(),
+        }
     }
 }

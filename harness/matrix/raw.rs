@@ -55,6 +55,7 @@ pub(crate) struct RawFile {
     pub(crate) expect: Vec<RawExpect>,
     pub(crate) rules: Vec<RawRule>,
     pub(crate) runners: Option<RawRunners>,
+    pub(crate) slurm: Option<RawSlurm>,
 }
 
 /// `[runners]`: the `runs-on` labels `plan --format github` gives the cells' jobs.
@@ -66,6 +67,18 @@ pub(crate) struct RawRunners {
     pub(crate) arch_label: Option<Sp<String>>,
     /// Labels for one arch, instead of `arch_label`'s.
     pub(crate) arch: Vec<(Sp<String>, Vec<Sp<String>>)>,
+}
+
+/// `[slurm]`: how `gpucompat run --executor slurm` asks Slurm for each task's node.
+#[derive(Debug, Default)]
+pub(crate) struct RawSlurm {
+    pub(crate) partition: Option<Sp<String>>,
+    pub(crate) constraint_prefix: Option<Sp<String>>,
+    /// Arch -> the node feature that marks it (`sm_90 = "h100"`), in file order.
+    pub(crate) features: Vec<(Sp<String>, Sp<String>)>,
+    pub(crate) args: Vec<Sp<String>>,
+    pub(crate) time_limit: Option<Sp<Duration>>,
+    pub(crate) time_margin: Option<Sp<Duration>>,
 }
 
 #[derive(Debug, Default)]
@@ -178,6 +191,15 @@ const TOP_KEYS: &[&str] = &[
     "expect",
     "rules",
     "runners",
+    "slurm",
+];
+const SLURM_KEYS: &[&str] = &[
+    "partition",
+    "constraint-prefix",
+    "features",
+    "args",
+    "time-limit",
+    "time-margin",
 ];
 const COMMON_KEYS: &[&str] = &["timeout", "no-progress", "cache"];
 const JOB_KEYS: &[&str] = &["command", "timeout", "no-progress", "cache"];
@@ -355,6 +377,7 @@ impl Walker<'_> {
                 "expect" => file.expect = self.expects(item),
                 "rules" => file.rules = self.rules(item),
                 "runners" => file.runners = self.runners(item),
+                "slurm" => file.slurm = self.slurm(item),
                 _ => {}
             }
         }
@@ -638,6 +661,56 @@ impl Walker<'_> {
             }
         }
         Some(runners)
+    }
+
+    fn slurm(&mut self, item: &Item<'_>) -> Option<RawSlurm> {
+        let table = self.table(item, "[slurm]")?;
+        self.unknown_keys(table, "[slurm]", SLURM_KEYS);
+        let mut s = |key: &str| {
+            table
+                .get(key)
+                .and_then(|v| self.string(v, &format!("{key} in [slurm]")))
+        };
+        let mut slurm = RawSlurm {
+            partition: s("partition"),
+            constraint_prefix: s("constraint-prefix"),
+            ..RawSlurm::default()
+        };
+        slurm.args = table
+            .get("args")
+            .map(|v| self.string_list(v, "args in [slurm]"))
+            .unwrap_or_default();
+        slurm.time_limit = table
+            .get("time-limit")
+            .and_then(|v| self.duration(v, "time-limit in [slurm]"));
+        slurm.time_margin = table
+            .get("time-margin")
+            .and_then(|v| self.duration(v, "time-margin in [slurm]"));
+        if let Some(features) = table
+            .get("features")
+            .and_then(|v| self.table(v, "features in [slurm]"))
+        {
+            for (arch, feature) in features {
+                let what = format!("{} in [slurm] features", arch.get_ref());
+                if !crate::matrix::gpus::is_arch(arch.get_ref()) {
+                    self.problems.push(
+                        Diagnostic::error(
+                            format!("`{}` in [slurm] features is not a GPU arch", arch.get_ref()),
+                            Some(arch.span()),
+                        )
+                        .label("expected an arch such as `sm_90`")
+                        .help("map each arch of `[resources] gpus` to the node feature that marks it, e.g. `sm_90 = \"h100\"`"),
+                    );
+                    continue;
+                }
+                if let Some(feature) = self.string(feature, &what) {
+                    slurm
+                        .features
+                        .push((Sp::new(arch.get_ref().to_string(), arch.span()), feature));
+                }
+            }
+        }
+        Some(slurm)
     }
 
     fn retry(&mut self, item: &Item<'_>) -> Option<RawRetry> {

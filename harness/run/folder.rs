@@ -221,6 +221,8 @@ const RUN_FOLDER_NAMES: &[&str] = &[
     ".lock",
     "bisect.json",
     ".bisect.lock",
+    // `--executor slurm`: the batch scripts, the tasks' shard folders and their Slurm output.
+    "slurm",
 ];
 
 /// Refuses an existing folder that is neither empty nor a run folder: a run writes `index.html`,

@@ -111,7 +111,7 @@ impl RunError {
     }
 }
 
-fn now() -> String {
+pub(crate) fn now() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
 
@@ -127,7 +127,7 @@ fn run_token(host: &str) -> String {
 }
 
 /// Picks the cells to run: all, or those named with `--cell`.
-fn select(plan: &Plan, wanted: &[String]) -> Result<Vec<usize>, RunError> {
+pub(crate) fn select(plan: &Plan, wanted: &[String]) -> Result<Vec<usize>, RunError> {
     if wanted.is_empty() {
         return Ok((0..plan.cells.len()).collect());
     }
@@ -200,7 +200,7 @@ fn harness_fault_record(plan: &Plan, index: usize, host: &str, what: &str) -> Ce
 }
 
 /// A record of a cell the harness has nothing else to say about: no run, no timings, a reason.
-fn unrun_record(
+pub(crate) fn unrun_record(
     plan: &Plan,
     index: usize,
     host: &str,
@@ -307,7 +307,11 @@ pub async fn execute(plan: Plan, options: RunOptions) -> Result<RunSummary, RunE
 }
 
 /// The manifest at the start of a run: a fresh one, or the resumed run's, marked running again.
-fn open_manifest(previous: Option<Manifest>, plan: &Plan, inventory: &Inventory) -> Manifest {
+pub(crate) fn open_manifest(
+    previous: Option<Manifest>,
+    plan: &Plan,
+    inventory: &Inventory,
+) -> Manifest {
     match previous {
         Some(mut manifest) => {
             manifest.resumes += 1;
@@ -339,7 +343,7 @@ fn open_manifest(previous: Option<Manifest>, plan: &Plan, inventory: &Inventory)
 /// another chance (the host may differ), and so do cells that ended in a spurious `error` unless
 /// `retry_errors` is off: an infrastructure fault says nothing about the cell, so it is queued
 /// again, as crater and LAVA re-queue theirs.
-fn still_to_run(
+pub(crate) fn still_to_run(
     plan: &Plan,
     selected: Vec<usize>,
     records: &HashMap<String, CellRecord>,

@@ -382,6 +382,13 @@ pub(crate) fn finish_line(record: &CellRecord) -> String {
                 .map(|l| format!(": {l}"))
                 .unwrap_or_default()
         ),
+        // An infrastructure error with no root cause in a log (a harness fault, a task Slurm
+        // ended): its reason says what happened.
+        Status::Error if record.signature.is_none() && record.reason.is_some() => format!(
+            "  ({})  {}",
+            record.reason.as_deref().unwrap_or_default(),
+            record.log
+        ),
         Status::Xfail | Status::Fail | Status::Error => format!(
             "  {} in {}  {}",
             record.signature.map_or("unknown", |s| s.as_str()),

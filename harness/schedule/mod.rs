@@ -15,6 +15,7 @@ mod plan_jobs;
 pub(crate) mod slots;
 
 use crate::record::GpuInfo;
+pub(crate) use plan_jobs::batches;
 pub use plan_jobs::{DurationsError, jobs, read_durations};
 use slots::Slots;
 use std::collections::{BTreeMap, HashMap};

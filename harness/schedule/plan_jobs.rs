@@ -43,6 +43,49 @@ pub fn jobs(
         .collect()
 }
 
+/// The cells at `indices` in batches that each run on one machine, one after another: one batch
+/// per cell when there are at most `max`, else cells of one [`environment_group`] (one
+/// environment, one JIT cache, the same GPUs) share batches, each group given batches in
+/// proportion to its cells and at least one. More groups than `max` give one batch per group.
+pub(crate) fn batches(plan: &Plan, indices: &[usize], max: usize) -> Vec<Vec<usize>> {
+    let max = max.max(1);
+    if indices.len() <= max {
+        return indices.iter().map(|&i| vec![i]).collect();
+    }
+    let mut groups: indexmap::IndexMap<String, Vec<usize>> = indexmap::IndexMap::new();
+    for &index in indices {
+        groups
+            .entry(environment_group(plan, index))
+            .or_default()
+            .push(index);
+    }
+    let total = indices.len();
+    let mut shares: Vec<usize> = groups
+        .values()
+        .map(|cells| (cells.len() * max / total).max(1))
+        .collect();
+    // Rounding up to one batch per group may overshoot: take from the biggest shares.
+    while shares.iter().sum::<usize>() > max {
+        match (0..shares.len())
+            .filter(|&i| shares[i] > 1)
+            .max_by_key(|&i| shares[i])
+        {
+            Some(big) => shares[big] -= 1,
+            None => break,
+        }
+    }
+    groups
+        .values()
+        .zip(shares)
+        .flat_map(|(cells, share)| {
+            cells
+                .chunks(cells.len().div_ceil(share))
+                .map(<[usize]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// Expected durations could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum DurationsError {

@@ -28,4 +28,5 @@ mod provision;
 mod report;
 mod run;
 mod schedule;
+mod slurm;
 mod workflows;

@@ -68,6 +68,17 @@ fn help_says_what_matters() {
     ] {
         assert!(plan.contains(needle), "{needle}:\n{plan}");
     }
+    let run = help(&["run", "--help"], "gpucompat run [OPTIONS] <FILE>");
+    for needle in [
+        "--executor <EXECUTOR>",
+        "--slurm-partition <NAME>",
+        "--slurm-constraint-prefix <PREFIX>",
+        "--slurm-arg <ARG>",
+        "--executor slurm --slurm-partition gpu",
+    ] {
+        assert!(run.contains(needle), "{needle}:\n{run}");
+    }
+    assert!(!run.contains("--slurm-task"), "internal flag shown:\n{run}");
 }
 
 /// The help of the matrix commands, word for word (`-h`, the short form).
@@ -77,6 +88,7 @@ fn short_help_snapshots() {
         ("help-check", &["check", "-h"][..]),
         ("help-matrix-expand", &["matrix", "expand", "-h"][..]),
         ("help-plan", &["plan", "-h"][..]),
+        ("help-run", &["run", "-h"][..]),
     ] {
         let out = gpucompat()
             .args(args)
