@@ -85,6 +85,8 @@ fn rec(
         fingerprint: None,
         line: None,
         excerpt: None,
+        decided_by: None,
+        evidence: Vec::new(),
         exit: None,
         spurious: false,
         reason: None,
