@@ -638,6 +638,49 @@ mod tests {
     }
 
     #[test]
+    fn the_evidence_says_what_decided() {
+        let has = |c: &Classification, kind: &str, value: &str, line: Option<u64>| {
+            c.evidence
+                .iter()
+                .any(|e| e.kind == kind && e.value == value && e.line == line)
+        };
+        let shm = "INFO 05-28 14:44:28 [shm_broadcast.py:681] No available shared memory broadcast block found in 60 seconds.\n";
+        let c = log(&format!("{NOISE}{shm}{shm}{shm}"));
+        assert_eq!(c.decided_by, Some(DecidedBy::HangLines));
+        assert!(
+            has(
+                &c,
+                "hang_lines",
+                "shm-broadcast-stall seen 3 times",
+                Some(3)
+            ),
+            "{c:?}"
+        );
+        // A reported death gives way to a later line that says why, and stays as evidence.
+        let ray = "(raylet) A worker died or was killed while executing a task by an unexpected system error. There are some potential root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage.\n";
+        let c = log(&format!("{ray}{NOISE}Killed\n"));
+        assert_eq!(
+            (c.signature, c.decided_by),
+            (Signature::Oom, Some(DecidedBy::WeakLine))
+        );
+        assert!(has(&c, "rule", "killed", Some(4)), "{c:?}");
+        assert!(has(&c, "death_report", "process-died", Some(1)), "{c:?}");
+        // An infrastructure context line is named.
+        let retry = "WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f0d>: Failed to establish a new connection: [Errno -3] Temporary failure in name resolution')': /simple/torch/\n";
+        let pin = "ERROR: Could not find a version that satisfies the requirement torch==2.5.1 (from versions: none)\n";
+        let c = log(&format!("{retry}{pin}"));
+        assert!(has(&c, "infrastructure", "network-retry", None), "{c:?}");
+        // The exit decides a silent log; a clean exit with nothing found says nothing.
+        let c = classify(NOISE, exit(Some(-11), None));
+        assert_eq!(c.decided_by, Some(DecidedBy::ExitSignal));
+        assert!(has(&c, "exit", "code -11 (SIGSEGV)", None), "{c:?}");
+        let c = classify(NOISE, exit(Some(1), None));
+        assert_eq!(c.decided_by, None);
+        assert!(has(&c, "exit", "code 1", None), "{c:?}");
+        assert!(classify(NOISE, exit(Some(0), None)).evidence.is_empty());
+    }
+
+    #[test]
     fn exit_status_decides_when_the_log_is_silent() {
         let c = classify(NOISE, exit(Some(139), None));
         assert_eq!((c.signature, c.line), (Signature::Segfault, None));
