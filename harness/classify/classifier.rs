@@ -9,6 +9,9 @@
 //!    with the OOM killer's mark in the log (`Killed`) an `oom`;
 //! 5. the first weak line (a generic exception, "worker died", a bare `Killed`);
 //! 6. otherwise `unknown`, with no line.
+//!
+//! Each step that decides says so ([`DecidedBy`]) and keeps its evidence (`explain.rs`): the rule
+//! and line, what the line names, the wrapper it replaced, the exit and the watchdog's verdict.
 
 use super::explain::{self, Clue, ClueKind, DecidedBy};
 use super::fingerprint::fingerprint;
