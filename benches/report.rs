@@ -128,6 +128,8 @@ fn write_run(dir: &Path, night: usize) {
                         fingerprint: failing.then(|| format!("fp-{}-{}", roll % 7, night / 10)),
                         line: failing.then_some(41),
                         excerpt: None,
+                        decided_by: None,
+                        evidence: Vec::new(),
                         exit: None,
                         spurious: status == Status::Error,
                         reason: None,

@@ -343,6 +343,8 @@ mod tests {
             fingerprint: None,
             line: None,
             excerpt: None,
+            decided_by: None,
+            evidence: Vec::new(),
             exit: None,
             spurious,
             reason: None,

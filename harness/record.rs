@@ -3,6 +3,7 @@
 //! This is the project's stable output format: reports, comparisons, bisection and outside tools
 //! read it. Fields are only ever added; `format_version` says which shape a line has.
 
+use crate::classify::Clue;
 use crate::signature::Signature;
 use serde::{Deserialize, Serialize};
 
@@ -191,6 +192,15 @@ pub struct CellRecord {
     /// A few lines around the root cause.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub excerpt: Option<String>,
+    /// Which evidence decided the signature (docs/signatures.md): `fatal_line`, `watchdog`,
+    /// `hang_lines`, `exit_signal`, `weak_line`, `hang_capture`, `server_answer`, `install`,
+    /// `answer_check`, `harness`. Absent for a pass and where nothing decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    /// The evidence behind the signature, `{kind, value, line}` each: the rule and its line, the
+    /// exception type, the CUDA/NCCL error, the exit, the watchdog's verdict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<Clue>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<Exit>,
     /// Infrastructure fault (runner lost, index unreachable): never a regression, never a bisect step.

@@ -9,7 +9,11 @@
 //!    with the OOM killer's mark in the log (`Killed`) an `oom`;
 //! 5. the first weak line (a generic exception, "worker died", a bare `Killed`);
 //! 6. otherwise `unknown`, with no line.
+//!
+//! Each step that decides says so ([`DecidedBy`]) and keeps its evidence (`explain.rs`): the rule
+//! and line, what the line names, the wrapper it replaced, the exit and the watchdog's verdict.
 
+use super::explain::{self, Clue, ClueKind, DecidedBy};
 use super::fingerprint::fingerprint;
 use super::rules::Table;
 use super::scan::{self, Excerpt, Findings, Hit};
@@ -70,6 +74,11 @@ pub struct Classification {
     pub rule: Option<String>,
     /// 1-based line number of the excerpt's first line.
     pub excerpt_start: Option<u64>,
+    /// Which evidence decided the signature; `None` when nothing did (`unknown`, no line).
+    pub decided_by: Option<DecidedBy>,
+    /// The evidence: the rule and line, what the line names (exception, CUDA/NCCL error), the
+    /// exit and the watchdog's verdict where given.
+    pub evidence: Vec<Clue>,
 }
 
 impl Classification {
@@ -85,6 +94,8 @@ impl Classification {
             hint: None,
             rule: None,
             excerpt_start: None,
+            decided_by: None,
+            evidence: Vec::new(),
         }
     }
 }
@@ -164,16 +175,39 @@ impl Classifier {
     }
 
     fn resolve(&self, found: Findings, evidence: &Evidence) -> Classification {
+        let mut out = self.decide(found, evidence);
+        // How the process ended and what the watchdog said are evidence whatever decided.
+        if out.decided_by.is_some() || out.excerpt.is_some() {
+            out.evidence
+                .extend(evidence.exit.as_ref().and_then(explain::exit_clue));
+            if let Some(verdict) = evidence.watchdog {
+                out.evidence.push(Clue::new(
+                    ClueKind::Watchdog,
+                    verdict.signature().as_str(),
+                    None,
+                ));
+            }
+        }
+        out
+    }
+
+    fn decide(&self, found: Findings, evidence: &Evidence) -> Classification {
         let Findings {
             strong,
+            wrapped,
             weak,
             weak_by_signature,
             hangs,
             tail,
-            ..
         } = found;
         if let Some(hit) = strong {
-            return self.name_hit(hit);
+            let mut out = self.name_hit(hit, DecidedBy::FatalLine);
+            if let Some(first) = wrapped {
+                let rule = &self.table.rules[first.rule];
+                out.evidence
+                    .push(Clue::new(ClueKind::Wrapped, &rule.id, Some(first.line)));
+            }
+            return out;
         }
         if let Some(verdict) = evidence.watchdog {
             let (explanation, hint) = match verdict {
@@ -187,9 +221,14 @@ impl Classifier {
                 ),
             };
             let mut out = match hangs.into_iter().next() {
-                Some(seen) => self.name_hit(seen.first),
+                Some(seen) => {
+                    let mut out = self.name_hit(seen.first, DecidedBy::Watchdog);
+                    out.evidence.push(hang_clue(seen.count, &out));
+                    out
+                }
                 None => from_tail(&tail),
             };
+            out.decided_by = Some(DecidedBy::Watchdog);
             out.signature = verdict.signature();
             out.spurious = false;
             out.explanation = Some(explanation.to_owned());
@@ -204,7 +243,9 @@ impl Classifier {
             let rule = &self.table.rules[h.first.rule];
             h.count >= rule.min_count && !(rule.only_without_errors && errors_seen)
         }) {
-            return self.name_hit(seen.first);
+            let mut out = self.name_hit(seen.first, DecidedBy::HangLines);
+            out.evidence.push(hang_clue(seen.count, &out));
+            return out;
         }
         if let Some(signal) = evidence.exit.as_ref().and_then(exit_signal) {
             let weak_of = |sig: Signature| {
@@ -216,7 +257,7 @@ impl Classifier {
             match signal {
                 SIGKILL => {
                     if let Some(hit) = weak_of(Signature::Oom) {
-                        return self.name_hit(hit);
+                        return self.name_hit(hit, DecidedBy::ExitSignal);
                     }
                 }
                 SIGSEGV | SIGBUS => {
@@ -243,16 +284,29 @@ impl Classifier {
         // The first weak line decides, unless it only reports a death (a launcher's
         // ChildFailedError, Ray's worker-died): then a weak line that names why (a bare `Killed`)
         // says more.
-        let weak = match weak {
-            Some(first) if self.table.rules[first.rule].wrapper => weak_by_signature
-                .into_iter()
-                .find(|(sig, _)| *sig != Signature::Unknown)
-                .map(|(_, hit)| hit)
-                .or(Some(first)),
-            other => other,
+        let (weak, report) = match weak {
+            Some(first) if self.table.rules[first.rule].wrapper => {
+                match weak_by_signature
+                    .into_iter()
+                    .find(|(sig, _)| *sig != Signature::Unknown)
+                {
+                    Some((_, why)) => (Some(why), Some(first)),
+                    None => (Some(first), None),
+                }
+            }
+            other => (other, None),
         };
         if let Some(hit) = weak {
-            return self.name_hit(hit);
+            let mut out = self.name_hit(hit, DecidedBy::WeakLine);
+            if let Some(report) = report {
+                let rule = &self.table.rules[report.rule];
+                out.evidence.push(Clue::new(
+                    ClueKind::DeathReport,
+                    &rule.id,
+                    Some(report.line),
+                ));
+            }
+            return out;
         }
         let failed = evidence
             .exit
@@ -264,8 +318,10 @@ impl Classifier {
         }
     }
 
-    fn name_hit(&self, hit: Hit) -> Classification {
+    fn name_hit(&self, hit: Hit, decided_by: DecidedBy) -> Classification {
         let rule = &self.table.rules[hit.rule];
+        let mut evidence = vec![Clue::new(ClueKind::Rule, &rule.id, Some(hit.line))];
+        evidence.extend(explain::line_clues(&hit.text, hit.line));
         let mut out = Classification {
             signature: rule.signature,
             fingerprint: Some(fingerprint(&hit.text)),
@@ -276,8 +332,12 @@ impl Classifier {
             hint: rule.hint.clone(),
             rule: Some(rule.id.clone()),
             excerpt_start: Some(hit.excerpt.start),
+            decided_by: Some(decided_by),
+            evidence,
         };
         if let Some(context) = hit.tainted_by.map(|i| &self.table.rules[i]) {
+            out.evidence
+                .push(Clue::new(ClueKind::Infrastructure, &context.id, None));
             out.spurious = true;
             out.explanation = match (&rule.explanation, &context.explanation) {
                 (Some(a), Some(b)) => Some(format!("{a}; {b}")),
@@ -287,6 +347,19 @@ impl Classifier {
         }
         out
     }
+}
+
+/// A hang rule's sightings, as evidence.
+fn hang_clue(count: u32, named: &Classification) -> Clue {
+    let rule = named.rule.as_deref().unwrap_or_default();
+    Clue::new(
+        ClueKind::HangLines,
+        format!(
+            "{rule} seen {count} time{}",
+            if count == 1 { "" } else { "s" }
+        ),
+        named.line,
+    )
 }
 
 const SIGILL: i32 = 4;
@@ -313,6 +386,7 @@ fn from_signal(
 ) -> Classification {
     let mut out = from_tail(tail);
     out.signature = signature;
+    out.decided_by = Some(DecidedBy::ExitSignal);
     out.explanation = Some(format!(
         "the process died of signal {signal} ({}) and the log names no earlier cause: {what}",
         signal_name(signal)
@@ -554,10 +628,59 @@ mod tests {
         };
         let c = classify(&format!("{NOISE}{shm}"), timeout);
         assert_eq!((c.signature, c.line), (Signature::Timeout, Some(3)));
-        // Without a verdict one such line could be a long compile; repeated, it is a hang.
-        assert_eq!(log(&format!("{NOISE}{shm}")).signature, Signature::Unknown);
+        // Without a verdict one such line could be a long compile: still busy or stuck, the log
+        // cannot tell, so `timeout`; next to an error line it decides nothing; repeated, it is a
+        // hang.
+        assert_eq!(log(&format!("{NOISE}{shm}")).signature, Signature::Timeout);
+        assert_eq!(
+            log(&format!("{NOISE}{shm}ValueError: x\n")).signature,
+            Signature::Unknown
+        );
         let c = log(&format!("{NOISE}{shm}{shm}{shm}"));
         assert_eq!((c.signature, c.line), (Signature::Deadlock, Some(3)));
+    }
+
+    #[test]
+    fn the_evidence_says_what_decided() {
+        let has = |c: &Classification, kind: &str, value: &str, line: Option<u64>| {
+            c.evidence
+                .iter()
+                .any(|e| e.kind == kind && e.value == value && e.line == line)
+        };
+        let shm = "INFO 05-28 14:44:28 [shm_broadcast.py:681] No available shared memory broadcast block found in 60 seconds.\n";
+        let c = log(&format!("{NOISE}{shm}{shm}{shm}"));
+        assert_eq!(c.decided_by, Some(DecidedBy::HangLines));
+        assert!(
+            has(
+                &c,
+                "hang_lines",
+                "shm-broadcast-stall seen 3 times",
+                Some(3)
+            ),
+            "{c:?}"
+        );
+        // A reported death gives way to a later line that says why, and stays as evidence.
+        let ray = "(raylet) A worker died or was killed while executing a task by an unexpected system error. There are some potential root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage.\n";
+        let c = log(&format!("{ray}{NOISE}Killed\n"));
+        assert_eq!(
+            (c.signature, c.decided_by),
+            (Signature::Oom, Some(DecidedBy::WeakLine))
+        );
+        assert!(has(&c, "rule", "killed", Some(4)), "{c:?}");
+        assert!(has(&c, "death_report", "process-died", Some(1)), "{c:?}");
+        // An infrastructure context line is named.
+        let retry = "WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f0d>: Failed to establish a new connection: [Errno -3] Temporary failure in name resolution')': /simple/torch/\n";
+        let pin = "ERROR: Could not find a version that satisfies the requirement torch==2.5.1 (from versions: none)\n";
+        let c = log(&format!("{retry}{pin}"));
+        assert!(has(&c, "infrastructure", "network-retry", None), "{c:?}");
+        // The exit decides a silent log; a clean exit with nothing found says nothing.
+        let c = classify(NOISE, exit(Some(-11), None));
+        assert_eq!(c.decided_by, Some(DecidedBy::ExitSignal));
+        assert!(has(&c, "exit", "code -11 (SIGSEGV)", None), "{c:?}");
+        let c = classify(NOISE, exit(Some(1), None));
+        assert_eq!(c.decided_by, None);
+        assert!(has(&c, "exit", "code 1", None), "{c:?}");
+        assert!(classify(NOISE, exit(Some(0), None)).evidence.is_empty());
     }
 
     #[test]

@@ -13,12 +13,16 @@
 //!   The watchdog's [`Verdict`] and the exit status ([`Evidence`]) decide only when the log
 //!   names no fatal error.
 //! - A [`Classification`] carries the signature, a [`fingerprint()`] (the root-cause line with
-//!   addresses, numbers, ranks, paths and times normalised away), the line number and an excerpt.
+//!   addresses, numbers, ranks, paths and times normalised away), the line number and an excerpt,
+//!   and which evidence decided it ([`DecidedBy`], with the [`Clue`]s: rule and line, exception
+//!   type, CUDA/NCCL error, exit, watchdog).
 //!
 //! Module layout: `classifier` (public types, choosing the root cause), `scan` (the streaming
-//! pass), `line` (prefix stripping), `rules` (the table), `fingerprint`.
+//! pass), `line` (prefix stripping), `rules` (the table), `explain` (the evidence behind a
+//! verdict), `fingerprint`.
 
 mod classifier;
+mod explain;
 mod fingerprint;
 mod line;
 mod rules;
@@ -27,5 +31,6 @@ mod scan;
 pub(crate) use line::strip_ansi;
 
 pub use classifier::{Classification, Classifier, ClassifyError, Evidence, Verdict};
+pub use explain::{Clue, ClueKind, DecidedBy};
 pub use fingerprint::fingerprint;
 pub use rules::BUILTIN_RULES;

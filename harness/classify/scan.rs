@@ -72,6 +72,8 @@ pub(crate) struct HangSeen {
 pub(crate) struct Findings {
     /// The root-cause candidate among fatal lines.
     pub(crate) strong: Option<Hit>,
+    /// The first fatal line, when a more specific one within its reach replaced it (a wrapper).
+    pub(crate) wrapped: Option<Hit>,
     /// The first weak line.
     pub(crate) weak: Option<Hit>,
     /// The first weak line of each signature (evidence such as `Killed` for a SIGKILL).
@@ -583,7 +585,11 @@ impl<'t> Sequencer<'t> {
                 };
                 self.first_strong = Some((line_no, reach));
             }
-            self.found.strong = Some(h);
+            // A later line replacing the first one means the first was a wrapper: keep it as
+            // evidence of what was unwrapped.
+            if let Some(replaced) = self.found.strong.replace(h) {
+                self.found.wrapped.get_or_insert(replaced);
+            }
         }
         if let Some(index) = weak_first {
             self.found.weak = Some(hit(index));

@@ -1,6 +1,6 @@
 //! `gpucompat classify`: name the root cause of failure logs.
 
-use crate::classify::{Classification, Classifier, Evidence, Verdict};
+use crate::classify::{Classification, Classifier, Clue, DecidedBy, Evidence, Verdict};
 use crate::errors::{CliError, exit};
 use crate::record::Exit;
 use anyhow::{Context, anyhow};
@@ -19,6 +19,7 @@ A failure found is not an error of this command: it exits 0 whenever every file 
 Examples:
   gpucompat classify runs/demo/2026-11-23T19-04-05Z/logs/0.6.3-sm_90.log
   gpucompat classify --exit-code 139 crash.log
+  gpucompat classify --explain --exit-code 137 worker.log
   journalctl -u vllm | gpucompat classify -
 
 Exit codes:
@@ -30,10 +31,14 @@ pub(crate) struct ClassifyArgs {
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
     /// `jsonl`: one JSON object per file, in order (`path`, `signature`, `fingerprint`, `line`,
-    /// `excerpt`, `spurious`, `explanation`, `hint`, `rule`, `excerpt_start`); `text`: a short
-    /// report per file.
+    /// `excerpt`, `spurious`, `explanation`, `hint`, `rule`, `excerpt_start`, `decided_by`,
+    /// `evidence`); `text`: a short report per file.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// Text format: also say which evidence decided (the rule and line, the exception type, the
+    /// CUDA/NCCL error, the exit, the watchdog's verdict). JSON always carries it.
+    #[arg(long)]
+    explain: bool,
     /// Also apply the `[[rules]]` of this matrix file (tried before the built-in rules).
     #[arg(long, value_name = "FILE")]
     matrix: Option<PathBuf>,
@@ -75,6 +80,8 @@ struct Entry<'a> {
     hint: Option<&'a str>,
     rule: Option<&'a str>,
     excerpt_start: Option<u64>,
+    decided_by: Option<&'static str>,
+    evidence: &'a [Clue],
 }
 
 impl<'a> Entry<'a> {
@@ -90,6 +97,8 @@ impl<'a> Entry<'a> {
             hint: c.hint.as_deref(),
             rule: c.rule.as_deref(),
             excerpt_start: c.excerpt_start,
+            decided_by: c.decided_by.map(DecidedBy::as_str),
+            evidence: &c.evidence,
         }
     }
 }
@@ -135,7 +144,7 @@ pub(crate) fn run(args: ClassifyArgs) -> Result<u8, CliError> {
                 line.push('\n');
                 line
             }
-            Format::Text => render_text(&path, &classification),
+            Format::Text => render_text(&path, &classification, args.explain),
         };
         super::print_stdout(&text)?;
     }
@@ -178,7 +187,7 @@ fn check_inputs(files: &[PathBuf]) -> Result<(), CliError> {
     }
 }
 
-fn render_text(path: &str, c: &Classification) -> String {
+fn render_text(path: &str, c: &Classification, explain: bool) -> String {
     let mut out = String::new();
     let _ = write!(out, "{path}: {}", c.signature);
     match (&c.line, &c.rule) {
@@ -205,6 +214,15 @@ fn render_text(path: &str, c: &Classification) -> String {
     }
     if let Some(hint) = &c.hint {
         let _ = writeln!(out, "  hint: {hint}");
+    }
+    if explain {
+        let decided = c
+            .decided_by
+            .map_or("nothing (no evidence names a failure)", DecidedBy::as_str);
+        let _ = writeln!(out, "  decided by: {}", decided.replace('_', " "));
+        for clue in &c.evidence {
+            let _ = writeln!(out, "  evidence: {clue}");
+        }
     }
     if let Some(excerpt) = &c.excerpt {
         let start = c.excerpt_start.unwrap_or(1);

@@ -370,6 +370,8 @@ mod tests {
             fingerprint: None,
             line: None,
             excerpt: None,
+            decided_by: None,
+            evidence: Vec::new(),
             exit: None,
             spurious: false,
             reason: None,

@@ -692,6 +692,8 @@ impl Entries<'_> {
             fingerprint: record.fingerprint.clone(),
             new_fingerprint: self.is_new.contains(record.id.as_str()),
             line: record.line,
+            decided_by: record.decided_by.clone(),
+            evidence: record.evidence.clone(),
             duration_s: record.duration_s,
             replay_duration_s: tonight.replay_durations.get(&record.id).copied(),
             attempts: record.attempts,

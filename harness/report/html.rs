@@ -523,6 +523,13 @@ pub(crate) fn cell_page(
                     @if let Some(fp) = &cell.fingerprint {
                         dt { "fingerprint" } dd { code { (fp) } @if cell.new_fingerprint { " " strong { "(new tonight)" } } }
                     }
+                    @if let Some(by) = &cell.decided_by {
+                        dt { "decided by" } dd { (by.replace('_', " ")) }
+                    }
+                    @if !cell.evidence.is_empty() {
+                        dt { "evidence" }
+                        dd.evidence { @for (i, clue) in cell.evidence.iter().enumerate() { @if i > 0 { br; } (clue.to_string()) } }
+                    }
                     dt { "attempts" } dd { (cell.attempts) }
                     dt { "duration" } dd {
                         (seconds(cell.duration_s))

@@ -290,6 +290,11 @@ pub struct CellEntry {
     /// The fingerprint is new tonight.
     pub new_fingerprint: bool,
     pub line: Option<u64>,
+    /// Which evidence decided the signature, and the evidence (the record's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<crate::classify::Clue>,
     pub duration_s: f64,
     /// In a replay, the replay's own duration (`duration_s` and the timings are the
     /// recording's).

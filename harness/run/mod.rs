@@ -226,6 +226,8 @@ pub(crate) fn unrun_record(
         fingerprint: None,
         line: None,
         excerpt: None,
+        decided_by: None,
+        evidence: Vec::new(),
         exit: None,
         spurious: false,
         reason: Some(reason),

@@ -293,6 +293,126 @@ fn evidence_flags_decide_when_the_log_is_silent() {
     );
 }
 
+/// The evidence of a verdict: `(kind, value, line)` triples.
+fn clues(v: &serde_json::Value) -> Vec<(String, String, Option<u64>)> {
+    v["evidence"]
+        .as_array()
+        .expect("evidence is a list")
+        .iter()
+        .map(|c| {
+            (
+                str_field(c, "kind").to_owned(),
+                str_field(c, "value").to_owned(),
+                c["line"].as_u64(),
+            )
+        })
+        .collect()
+}
+
+fn clue(kind: &str, value: &str, line: Option<u64>) -> (String, String, Option<u64>) {
+    (kind.to_owned(), value.to_owned(), line)
+}
+
+#[test]
+fn every_verdict_says_which_evidence_decided_it() {
+    let sandbox = Sandbox::new();
+    let quiet = sandbox.file(
+        "quiet.log",
+        "INFO 05-28 14:44:28 [loggers.py:116] Engine 000: Avg prompt throughput: 12.4 tokens/s\n",
+    );
+    let killed = sandbox.file("killed.log", "Loading shards: 50%\nKilled\n");
+    let ima = sandbox.file(
+        "ima.log",
+        "INFO start\nRuntimeError: CUDA error: an illegal memory access was encountered\n",
+    );
+    let wrapped = sandbox.file(
+        "wrapped.log",
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n\
+         ncclUnhandledCudaError: Call to CUDA function failed.\n\
+         Last error:\n\
+         Cuda failure 'an illegal memory access was encountered'\n",
+    );
+    let run = |file: &Path, flags: &[&str]| classify_jsonl(&[file.to_path_buf()], flags).remove(0);
+
+    // The first fatal line: its rule and line, and what the line itself names.
+    let v = run(&ima, &[]);
+    assert_eq!(str_field(&v, "decided_by"), "fatal_line");
+    assert_eq!(
+        clues(&v),
+        [
+            clue("rule", "cuda-illegal-address", Some(2)),
+            clue("exception", "RuntimeError", Some(2)),
+            clue("cuda_error", "cudaErrorIllegalAddress (700)", Some(2)),
+        ]
+    );
+    // The watchdog's view is evidence even where the log decided.
+    let v = run(&ima, &["--watchdog", "deadlock"]);
+    assert_eq!(str_field(&v, "decided_by"), "fatal_line");
+    assert!(clues(&v).contains(&clue("watchdog", "deadlock", None)));
+    // A wrapper line gives way to the cause it announced, and says so.
+    let v = run(&wrapped, &[]);
+    assert_eq!(str_field(&v, "signature"), "illegal_address");
+    assert_eq!(
+        clues(&v),
+        [
+            clue("rule", "cuda-illegal-address", Some(4)),
+            clue("cuda_error", "cudaErrorIllegalAddress (700)", Some(4)),
+            clue("wrapped", "nccl-error", Some(1)),
+        ]
+    );
+    // SIGKILL with the OOM killer's mark in the log: the exit decided, with the mark as evidence.
+    let v = run(&killed, &["--exit-code", "137"]);
+    assert_eq!(str_field(&v, "decided_by"), "exit_signal");
+    assert_eq!(
+        clues(&v),
+        [
+            clue("rule", "killed", Some(2)),
+            clue("exit", "code 137 (SIGKILL)", None)
+        ]
+    );
+    // A bare Killed and nothing else: a weak line.
+    assert_eq!(str_field(&run(&killed, &[]), "decided_by"), "weak_line");
+    // A silent log: the exit status or the watchdog, or nothing at all.
+    let v = run(&quiet, &["--exit-code", "139"]);
+    assert_eq!(
+        (str_field(&v, "decided_by"), clues(&v)),
+        (
+            "exit_signal",
+            vec![clue("exit", "code 139 (SIGSEGV)", None)]
+        )
+    );
+    let v = run(&quiet, &["--watchdog", "timeout"]);
+    assert_eq!(
+        (str_field(&v, "decided_by"), clues(&v)),
+        ("watchdog", vec![clue("watchdog", "timeout", None)])
+    );
+    let v = run(&quiet, &[]);
+    assert!(v["decided_by"].is_null(), "{v}");
+    assert!(clues(&v).is_empty());
+
+    // The text report says the same with --explain, and only then.
+    let text = |flags: &[&str]| {
+        let out = gpucompat()
+            .arg("classify")
+            .arg(&wrapped)
+            .args(flags)
+            .output()
+            .expect("run");
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let explained = text(&["--explain"]);
+    for want in [
+        "  decided by: fatal line\n",
+        "  evidence: rule cuda-illegal-address (line 4)\n",
+        "  evidence: cuda error cudaErrorIllegalAddress (700) (line 4)\n",
+        "  evidence: wrapped nccl-error (line 1)\n",
+    ] {
+        assert!(explained.contains(want), "{want:?} in:\n{explained}");
+    }
+    assert!(!text(&[]).contains("decided by"));
+}
+
 #[test]
 fn matrix_rules_are_tried_first() {
     let sandbox = Sandbox::new();

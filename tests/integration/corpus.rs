@@ -67,6 +67,7 @@ fn read_cases(dir: &Path) -> Vec<Case> {
 /// Classifies every case; logs without extra evidence go through one `classify` run.
 fn classify(dir: &str, cases: &[Case]) -> Vec<String> {
     let mut got = vec![String::new(); cases.len()];
+    let mut unexplained = Vec::new();
     let plain: Vec<usize> = (0..cases.len())
         .filter(|&i| cases[i].evidence.is_empty())
         .collect();
@@ -101,9 +102,41 @@ fn classify(dir: &str, cases: &[Case]) -> Vec<String> {
         for (&i, line) in indices.iter().zip(lines) {
             let v: serde_json::Value = serde_json::from_str(line).expect("json");
             got[i] = v["signature"].as_str().unwrap_or("").to_owned();
+            if let Err(why) = explained(&v) {
+                unexplained.push(format!("{}: {why}", cases[i].id));
+            }
         }
     }
+    assert!(
+        unexplained.is_empty(),
+        "verdicts without their evidence:\n{}",
+        unexplained.join("\n")
+    );
     got
+}
+
+/// Every named failure says which evidence decided it; one decided by a line carries that line's
+/// rule at that line.
+fn explained(v: &serde_json::Value) -> Result<(), String> {
+    if v["signature"] == "unknown" && v["line"].is_null() {
+        return Ok(());
+    }
+    if !v["decided_by"].is_string() {
+        return Err(format!("no decided_by in {v}"));
+    }
+    let Some(line) = v["line"].as_u64() else {
+        return Ok(());
+    };
+    let rule_at_line = v["evidence"].as_array().is_some_and(|clues| {
+        clues
+            .iter()
+            .any(|c| c["kind"] == "rule" && c["value"] == v["rule"] && c["line"] == line)
+    });
+    if rule_at_line {
+        Ok(())
+    } else {
+        Err(format!("no rule clue at line {line} in {v}"))
+    }
 }
 
 fn correct(label: &str, got: &str) -> bool {

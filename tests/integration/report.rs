@@ -2,6 +2,7 @@
 //! small FlashInfer x GPU x model matrix, with hostile text in a log, an excerpt, values and ids.
 
 use crate::util::{Sandbox, gpucompat};
+use gpucompat::classify::{Clue, ClueKind};
 use gpucompat::record::{
     CellRecord, Exit, ExpectationRef, GpuInfo, Manifest, Metrics, Phase, RunState, Runner, Status,
 };
@@ -85,6 +86,8 @@ fn rec(
         fingerprint: None,
         line: None,
         excerpt: None,
+        decided_by: None,
+        evidence: Vec::new(),
         exit: None,
         spurious: false,
         reason: None,
@@ -212,6 +215,16 @@ fn tonight() -> Vec<CellRecord> {
     );
     r.fingerprint = Some("CUDA error: an illegal memory access was encountered".into());
     r.line = Some(6);
+    r.decided_by = Some("fatal_line".into());
+    r.evidence = vec![
+        Clue::new(ClueKind::Rule, "cuda-illegal-address", Some(6)),
+        Clue::new(
+            ClueKind::CudaError,
+            "cudaErrorIllegalAddress (700)",
+            Some(6),
+        ),
+        Clue::new(ClueKind::Exit, "code 1", None),
+    ];
     r.exit = Some(Exit {
         code: Some(1),
         signal: None,
@@ -540,6 +553,17 @@ fn report_writes_every_format() {
     ));
     assert!(!page.contains("<script") && !page.contains('\u{1b}'));
     assert!(page.contains("CUDA_VISIBLE_DEVICES=2"), "{page}");
+    // Which evidence decided, on the cell's page.
+    assert!(
+        page.contains("<dt>decided by</dt><dd>fatal line</dd>"),
+        "{page}"
+    );
+    assert!(
+        page.contains(
+            "rule cuda-illegal-address (line 6)<br>cuda error cudaErrorIllegalAddress (700) (line 6)<br>exit code 1"
+        ),
+        "{page}"
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use super::AttemptCx;
 use super::guard::Launched;
-use crate::classify::{Classification, Verdict};
+use crate::classify::{Classification, Clue, ClueKind, DecidedBy, Verdict};
 use crate::exec::pyspy;
 use crate::forensics::{self, HangCapture, Trigger, verdict};
 use crate::record::HangSummary;
@@ -45,6 +45,16 @@ impl Captured {
                 summary.frames.join(" <- ")
             ));
         }
+        found.decided_by = Some(DecidedBy::HangCapture);
+        found.evidence.push(Clue::new(
+            ClueKind::Harness,
+            format!(
+                "hang capture ({}): {}",
+                <&str>::from(v.decided_by),
+                v.evidence
+            ),
+            None,
+        ));
         let said = found.explanation.take().unwrap_or_default();
         found.explanation = Some(format!(
             "{said}{}decided by the hang capture ({}): {}",

@@ -16,7 +16,7 @@ mod serve;
 
 use super::folder::log_relative;
 use super::outcome::{self, LastAttempt};
-use crate::classify::{Classification, Classifier, Evidence, Verdict};
+use crate::classify::{Classification, Classifier, Clue, ClueKind, DecidedBy, Evidence, Verdict};
 use crate::engines::ServerSpec;
 use crate::engines::{self, ResolvedServer};
 use crate::exec::logsink::{self, LogLimits, LogSink};
@@ -282,6 +282,14 @@ fn record(
         fingerprint: classification.as_ref().and_then(|c| c.fingerprint.clone()),
         line: classification.as_ref().and_then(|c| c.line),
         excerpt: classification.as_ref().and_then(|c| c.excerpt.clone()),
+        decided_by: classification
+            .as_ref()
+            .and_then(|c| c.decided_by)
+            .map(|d| d.as_str().to_owned()),
+        evidence: classification
+            .as_ref()
+            .map(|c| c.evidence.clone())
+            .unwrap_or_default(),
         exit: facts.exit,
         spurious: classification.as_ref().is_some_and(|c| c.spurious),
         reason,
@@ -588,6 +596,7 @@ fn failure(shared: &Shared, log_path: &Path, trouble: Trouble, exit: Option<Exit
 fn infra_classification() -> Classification {
     Classification {
         spurious: true,
+        decided_by: Some(DecidedBy::Harness),
         explanation: Some(
             "the harness could not run the cell as asked (the reason says why); not a verdict on \
              the versions under test"
@@ -625,9 +634,25 @@ fn classify(
                 .classify_reader(text.as_bytes(), &evidence)
             {
                 if said.signature != Signature::Unknown {
+                    // The evidence's lines are the answer's, not the log's.
+                    let mut evidence: Vec<Clue> = said
+                        .evidence
+                        .iter()
+                        .map(|c| Clue {
+                            line: None,
+                            ..c.clone()
+                        })
+                        .collect();
+                    evidence.push(Clue::new(
+                        ClueKind::Harness,
+                        "the server's answer to a request that failed",
+                        None,
+                    ));
                     found = Classification {
                         line: None,
                         excerpt: Some(text.chars().take(2000).collect()),
+                        decided_by: Some(DecidedBy::ServerAnswer),
+                        evidence,
                         ..said
                     };
                 }
@@ -638,12 +663,22 @@ fn classify(
     // pin set: a dependency problem, not nothing.
     if found.signature == Signature::Unknown && matches!(trouble, Trouble::Provision(_)) {
         found.signature = Signature::DependencyError;
+        found.decided_by = Some(DecidedBy::Install);
+        found.evidence.push(Clue::new(
+            ClueKind::Harness,
+            "the cell's environment could not be installed",
+            None,
+        ));
     }
     if found.signature == Signature::Unknown {
         if let Trouble::Invalid(reason) = trouble {
             found.signature = Signature::WrongOutput;
             found.fingerprint = Some(normalise_reason(reason));
             found.explanation = Some(reason.clone());
+            found.decided_by = Some(DecidedBy::AnswerCheck);
+            found
+                .evidence
+                .push(Clue::new(ClueKind::Harness, reason.clone(), None));
         }
     }
     Ok(found)
