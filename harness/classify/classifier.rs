@@ -247,16 +247,22 @@ impl Classifier {
             out.evidence.push(hang_clue(seen.count, &out));
             return out;
         }
+        // A process that raised an exception and was SIGKILLed after it was not killed for
+        // memory: engines end their own process tree with SIGKILL once a child fails (SGLang's
+        // `kill_process_tree`, which logs "kill_process_tree called"), and the shell then says
+        // `Killed` (exit 137). The exception is the cause; `Killed` names nothing.
+        let first_of = |sig: Signature| {
+            weak_by_signature
+                .iter()
+                .find(|(s, _)| *s == sig)
+                .map(|(_, hit)| hit.clone())
+        };
+        let raised = first_of(Signature::Unknown)
+            .filter(|e| first_of(Signature::Oom).is_some_and(|killed| e.line < killed.line));
         if let Some(signal) = evidence.exit.as_ref().and_then(exit_signal) {
-            let weak_of = |sig: Signature| {
-                weak_by_signature
-                    .iter()
-                    .find(|(s, _)| *s == sig)
-                    .map(|(_, hit)| hit.clone())
-            };
             match signal {
-                SIGKILL => {
-                    if let Some(hit) = weak_of(Signature::Oom) {
+                SIGKILL if raised.is_none() => {
+                    if let Some(hit) = first_of(Signature::Oom) {
                         return self.name_hit(hit, DecidedBy::ExitSignal);
                     }
                 }
@@ -290,6 +296,7 @@ impl Classifier {
                     .into_iter()
                     .find(|(sig, _)| *sig != Signature::Unknown)
                 {
+                    Some((Signature::Oom, _)) if raised.is_some() => (raised, Some(first)),
                     Some((_, why)) => (Some(why), Some(first)),
                     None => (Some(first), None),
                 }
@@ -582,6 +589,26 @@ mod tests {
         let c = log("ValueError: bad config value\nKilled\n");
         assert_eq!((c.signature, c.line), (Signature::Unknown, Some(1)));
         assert_eq!(log("Killed\n").signature, Signature::Oom);
+    }
+
+    /// An exception, then the engine's own SIGKILL of its tree (SGLang's `kill_process_tree`)
+    /// and the shell's `Killed`, exit 137: not the OOM killer. Recorded on an H100
+    /// (tests/fixtures/corpus/gpu/h100-sglang-self-kill.log).
+    #[test]
+    fn a_self_kill_after_an_exception_is_not_oom() {
+        let text = "AttributeError: 'Qwen3NextConfig' object has no attribute 'full_attention_interval'\n\
+            [2026-11-25 23:15:08] Received sigquit from a child process. It usually means the child failed.\n\
+            [2026-11-25 23:15:08] kill_process_tree called: parent_pid=631, include_parent=True, pid=631\n\
+            Killed\n";
+        let c = classify(text, exit(Some(137), None));
+        assert_eq!(
+            (c.signature, c.line),
+            (Signature::Unknown, Some(1)),
+            "{c:?}"
+        );
+        // Killed alone under SIGKILL is still the OOM killer's mark.
+        let c = classify("Killed\n", exit(Some(137), None));
+        assert_eq!(c.signature, Signature::Oom);
     }
 
     #[test]

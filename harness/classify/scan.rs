@@ -76,7 +76,8 @@ pub(crate) struct Findings {
     pub(crate) wrapped: Option<Hit>,
     /// The first weak line.
     pub(crate) weak: Option<Hit>,
-    /// The first weak line of each signature (evidence such as `Killed` for a SIGKILL).
+    /// The first weak line of each signature, wrappers left out (evidence such as `Killed` for
+    /// a SIGKILL, and the first generic exception before it).
     pub(crate) weak_by_signature: Vec<(Signature, Hit)>,
     /// Hang rules seen, in order of first sighting.
     pub(crate) hangs: Vec<HangSeen>,
@@ -539,9 +540,12 @@ impl<'t> Sequencer<'t> {
             _ => true,
         });
         let weak_first = weak.filter(|_| self.found.weak.is_none());
+        // Wrappers (a reported death) are not evidence of a cause: the first line of each
+        // signature that is not one (the first generic exception, the first `Killed`).
         let weak_new_signature = weak.filter(|&index| {
             let sig = table.rules[index].signature;
-            !self.found.weak_by_signature.iter().any(|(s, _)| *s == sig)
+            !table.rules[index].wrapper
+                && !self.found.weak_by_signature.iter().any(|(s, _)| *s == sig)
         });
         if strong.is_none()
             && weak_first.is_none()

@@ -206,6 +206,8 @@ fn lost_record(
         .unwrap_or_else(|| "slurm".to_owned());
     let record = CellRecord {
         spurious: true,
+        // The cluster's state decided, not anything the cell printed.
+        decided_by: Some("harness".to_owned()),
         ..run::unrun_record(plan, cell, &host, Status::Error, reason.clone())
     };
     let mut log = std::fs::read_to_string(shard.join(&record.log)).unwrap_or_default();
@@ -258,6 +260,8 @@ mod tests {
             started_at: Some(started_at.into()),
             leaked: 0,
             hang: None,
+            decided_by: None,
+            evidence: Vec::new(),
             format_version: 1,
         }
     }
