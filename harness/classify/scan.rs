@@ -94,9 +94,10 @@ pub(crate) fn scan<R: Read>(table: &Table, reader: R) -> io::Result<Findings> {
         .min(MAX_WORKERS);
     if blocks.done() || workers < 2 {
         // A small log (one block), or a single core: no threads.
+        let mut scratch = Scratch::new(table);
         let mut block = Some(first);
         while let Some(b) = block {
-            let scanned = scan_block(table, &b);
+            let scanned = scan_block(table, &b, &mut scratch);
             sequencer.apply(&b, scanned);
             block = blocks.next_block()?;
         }
@@ -128,6 +129,7 @@ fn parallel<R: Read>(
             let done_tx = done_tx.clone();
             let work_rx = &work_rx;
             scope.spawn(move || {
+                let mut scratch = Scratch::new(table);
                 loop {
                     // Holding the lock while waiting is fine: its holder takes the next job.
                     let job = match work_rx.lock() {
@@ -135,7 +137,7 @@ fn parallel<R: Read>(
                         Err(_) => break,
                     };
                     let Ok((n, block)) = job else { break };
-                    let scanned = scan_block(table, &block);
+                    let scanned = scan_block(table, &block, &mut scratch);
                     if done_tx.send((n, block, scanned)).is_err() {
                         break;
                     }
@@ -271,6 +273,24 @@ impl<R: Read> Blocks<R> {
     }
 }
 
+/// One thread's search caches for the raw-line prefilters, kept from block to block.
+#[derive(Debug)]
+struct Scratch {
+    all: regex_automata::meta::Cache,
+    any_level: regex_automata::meta::Cache,
+    quiet: line::QuietCache,
+}
+
+impl Scratch {
+    fn new(table: &Table) -> Scratch {
+        Scratch {
+            all: table.raw_all.cache(),
+            any_level: table.raw_any_level.cache(),
+            quiet: line::QuietCache::new(),
+        }
+    }
+}
+
 /// What a worker found in one block: the lines some rule fires on, in order.
 #[derive(Debug, Default)]
 struct BlockScan {
@@ -294,7 +314,7 @@ struct Examined {
 
 /// Finds the lines of a block (whole lines, ending with a newline) that rules fire on. Pure: it
 /// depends on nothing but the block, so blocks can be scanned in any order on any thread.
-fn scan_block(table: &Table, block: &[u8]) -> BlockScan {
+fn scan_block(table: &Table, block: &[u8], scratch: &mut Scratch) -> BlockScan {
     // Most blocks are printable ASCII throughout: then no line needs the per-line check (this
     // loop vectorizes; the per-line one would run once per candidate line).
     let block_plain = block
@@ -318,7 +338,7 @@ fn scan_block(table: &Table, block: &[u8]) -> BlockScan {
         };
         index += count_lines(&block[pos..start]);
         let end = start + newline(&block[start..]);
-        if let Some((cleaned, rules)) = examine(table, &block[start..end], block_plain) {
+        if let Some((cleaned, rules)) = examine(table, &block[start..end], block_plain, scratch) {
             examined.push(Examined {
                 start,
                 end,
@@ -340,7 +360,7 @@ fn scan_block(table: &Table, block: &[u8]) -> BlockScan {
 /// Only plain lines are decided here: their cleaned text is a piece of the raw line, so a rule
 /// whose relaxed pattern does not match the raw line cannot match the cleaned one. A line whose
 /// prefix surely makes it quiet (WARNING/INFO/DEBUG) can only fire `any-level` rules.
-fn surely_nothing(table: &Table, raw: &[u8], block_plain: bool) -> bool {
+fn surely_nothing(table: &Table, raw: &[u8], block_plain: bool, scratch: &mut Scratch) -> bool {
     let plain = if block_plain {
         line::is_plain_ascii(raw)
     } else {
@@ -349,19 +369,23 @@ fn surely_nothing(table: &Table, raw: &[u8], block_plain: bool) -> bool {
     if !plain {
         return false;
     }
-    let candidates = if line::surely_quiet(raw) {
-        &table.raw_any_level
+    if line::surely_quiet(raw, &mut scratch.quiet) {
+        !table.raw_any_level.is_match(&mut scratch.any_level, raw)
     } else {
-        &table.raw_all
-    };
-    !candidates.is_match(raw)
+        !table.raw_all.is_match(&mut scratch.all, raw)
+    }
 }
 
 /// The rules that fire on one raw line, after its prefixes are stripped. The harness's own notes
 /// in a cell's log (`[gpucompat] ...`) describe what it saw; they are never the cell's failure.
-fn examine(table: &Table, raw: &[u8], block_plain: bool) -> Option<(Cleaned, Vec<usize>)> {
+fn examine(
+    table: &Table,
+    raw: &[u8],
+    block_plain: bool,
+    scratch: &mut Scratch,
+) -> Option<(Cleaned, Vec<usize>)> {
     if raw.starts_with(crate::exec::logsink::NOTE_PREFIX.as_bytes())
-        || surely_nothing(table, raw, block_plain)
+        || surely_nothing(table, raw, block_plain, scratch)
     {
         return None;
     }
