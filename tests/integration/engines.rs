@@ -330,7 +330,8 @@ python = "python3"
 
 /// The probe's own process and serving logic, run for real with only its GPU work stood in
 /// (tests/fixtures/engines/probe_cpu.py): workers that pass, a streamed answer with a time to
-/// first token; workers that die without reporting; a stuck worker the watchdog calls a deadlock.
+/// first token; an answer whose logprobs are NaN; workers that die without reporting; a stuck
+/// worker the watchdog calls a deadlock.
 #[test]
 fn the_probe_serves_streams_and_fails_fast_or_hangs_as_its_workers_do() {
     let stand_in = repo_root().join("tests/fixtures/engines/probe_cpu.py");
@@ -387,6 +388,13 @@ no-progress = "3s"
         .expect("a streamed answer has a TTFT");
     assert!(ttft >= 0.0, "{record}");
     assert!(record["metrics"]["jit_s"].is_number(), "{record}");
+
+    // FlashInfer's sampling gave NaN: the text reads fine, the logprobs the probe returns do not.
+    let (code, record, log, _keep) = run("nan", "", "nan");
+    assert_eq!(code, Some(1), "{record}\n{log}");
+    assert_eq!(record["signature"], "wrong_output", "{record}");
+    let said = record["reason"].as_str().unwrap_or_default();
+    assert!(said.contains("token_logprobs[0] is NaN"), "{record}");
 
     let (code, record, log, _keep) = run("crash", "", "crash");
     assert_eq!(code, Some(1), "{record}");
