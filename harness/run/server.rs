@@ -447,7 +447,7 @@ pub(crate) fn validate(answer: &Answer, check: &TextCheck<'_>) -> Result<(), Str
     if check.repetition {
         if let Some(what) = repetition(trimmed) {
             return Err(format!(
-                "the answer repeats itself (a degenerate generation), {what}: {}",
+                "the answer repeats itself (a degenerate generation): {what}: {}",
                 shown(trimmed)
             ));
         }
