@@ -13,7 +13,7 @@
 use super::line::{self, Cleaned, MAX_LINE};
 use super::rules::{Kind, Table};
 use crate::signature::Signature;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::io::{self, Read};
 use std::sync::{Mutex, mpsc};
 
@@ -273,12 +273,21 @@ impl<R: Read> Blocks<R> {
     }
 }
 
+/// Messages of quiet lines remembered as firing no rule, at most this many (then forgotten all
+/// at once), each at most [`SILENT_MAX_LEN`] bytes: about a megabyte per worker.
+const SILENT_ENTRIES: usize = 4096;
+const SILENT_MAX_LEN: usize = 256;
+
 /// One thread's search caches for the raw-line prefilters, kept from block to block.
 #[derive(Debug)]
 struct Scratch {
     all: regex_automata::meta::Cache,
     any_level: regex_automata::meta::Cache,
     quiet: line::QuietCache,
+    /// Messages (what follows a quiet prefix) no `any-level` rule's relaxed pattern matches.
+    /// Whether one does depends on the message's bytes alone, and a warning-heavy log repeats its
+    /// messages (every rank prints every warning), so most are looked up rather than searched.
+    silent: HashSet<Box<[u8]>>,
 }
 
 impl Scratch {
@@ -287,7 +296,23 @@ impl Scratch {
             all: table.raw_all.cache(),
             any_level: table.raw_any_level.cache(),
             quiet: line::QuietCache::new(),
+            silent: HashSet::new(),
         }
+    }
+
+    /// Whether no `any-level` rule can fire on a quiet line's message.
+    fn silent(&mut self, table: &Table, message: &[u8]) -> bool {
+        if self.silent.contains(message) {
+            return true;
+        }
+        let silent = !table.raw_any_level.is_match(&mut self.any_level, message);
+        if silent && message.len() <= SILENT_MAX_LEN {
+            if self.silent.len() >= SILENT_ENTRIES {
+                self.silent.clear();
+            }
+            self.silent.insert(message.into());
+        }
+        silent
     }
 }
 
@@ -368,9 +393,7 @@ fn surely_nothing(table: &Table, raw: &[u8], block_plain: bool, scratch: &mut Sc
         return false;
     }
     match line::quiet_prefix(raw, &mut scratch.quiet) {
-        Some(end) => !table
-            .raw_any_level
-            .is_match(&mut scratch.any_level, &raw[end..]),
+        Some(end) => scratch.silent(table, &raw[end..]),
         None => !table.raw_all.is_match(&mut scratch.all, raw),
     }
 }
