@@ -381,8 +381,10 @@ def check_placement():
 
 
 def generate(max_tokens):
-    """Yields words of a tiny random-weight "model" whose next-token distribution goes through
-    FlashInfer's sampling kernel, one token at a time."""
+    """Yields (word, logprob) of a tiny random-weight "model" whose next-token distribution goes
+    through FlashInfer's sampling kernel, one token at a time. Probabilities that are not finite
+    (a broken kernel) are not sampled from: the token is repeated with a NaN logprob, which the
+    harness judges a wrong output (rather than torch's sampler failing on them)."""
     import torch
     import flashinfer
 
@@ -392,8 +394,11 @@ def generate(max_tokens):
     for _ in range(max_tokens):
         logits = weights[token].unsqueeze(0) * 3.0
         probs = flashinfer.sampling.top_k_renorm_probs(torch.softmax(logits, dim=-1), 4)
+        if not bool(torch.isfinite(probs).all()):
+            yield WORDS[token], float("nan")
+            continue
         token = int(torch.multinomial(probs, 1, generator=gen).item())
-        yield WORDS[token]
+        yield WORDS[token], math.log(max(float(probs[0, token]), 1e-30))
 
 
 def serve(port):
@@ -426,14 +431,17 @@ def serve(port):
                 return self.stream(max_tokens)
             try:
                 start = time.time()
-                words = list(generate(max_tokens))
+                tokens = list(generate(max_tokens))
             except Exception as err:  # noqa: BLE001: the error goes back to the client, as engines do
                 traceback.print_exc()
                 return self.reply(500, {"error": {"message": str(err)}})
-            say(f"completion: {len(words)} tokens in {time.time() - start:.3f}s")
+            say(f"completion: {len(tokens)} tokens in {time.time() - start:.3f}s")
+            words = [word for word, _ in tokens]
+            # Python's json writes a NaN logprob as a bare `NaN`, as engines' servers do.
+            logprobs = {"tokens": words, "token_logprobs": [lp for _, lp in tokens]}
             self.reply(200, {"object": "text_completion",
-                             "choices": [{"index": 0, "text": " ".join(words)}],
-                             "usage": {"completion_tokens": len(words)}})
+                             "choices": [{"index": 0, "text": " ".join(words), "logprobs": logprobs}],
+                             "usage": {"completion_tokens": len(tokens)}})
 
         def stream(self, max_tokens):
             """Server-sent events, one per token, as OpenAI-style servers stream completions. Once
@@ -452,10 +460,11 @@ def serve(port):
             start, count = time.time(), 0
             try:
                 try:
-                    for word in generate(max_tokens):
+                    for word, logprob in generate(max_tokens):
                         text = word if count == 0 else " " + word
-                        event(json.dumps({"object": "text_completion",
-                                          "choices": [{"index": 0, "text": text}]}).encode())
+                        logprobs = {"tokens": [text], "token_logprobs": [logprob]}
+                        event(json.dumps({"object": "text_completion", "choices": [
+                            {"index": 0, "text": text, "logprobs": logprobs}]}).encode())
                         count += 1
                 except (BrokenPipeError, ConnectionResetError):
                     raise

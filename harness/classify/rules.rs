@@ -9,6 +9,7 @@ use crate::matrix::UserRule;
 use crate::signature::Signature;
 use aho_corasick::{AhoCorasick, AhoCorasickKind};
 use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
+use regex_automata::meta;
 use regex_syntax::hir::{Hir, HirKind};
 use serde::Deserialize;
 use std::cmp::Reverse;
@@ -132,9 +133,9 @@ pub(crate) struct Table {
     /// Every pattern with its anchors and word boundaries dropped, for raw lines: a rule can fire
     /// on a plain line only if its relaxed pattern matches the raw line (the cleaned line is a
     /// piece of it). Lets most lines that carry a trigger word be dropped before cleaning.
-    pub(crate) raw_all: regex::bytes::RegexSet,
+    pub(crate) raw_all: RawSet,
     /// The same for the rules that fire at any level: all that can fire on a quiet line.
-    pub(crate) raw_any_level: regex::bytes::RegexSet,
+    pub(crate) raw_any_level: RawSet,
     /// Whether some rule looks at quoted source lines.
     pub(crate) any_code: bool,
 }
@@ -320,20 +321,45 @@ fn relaxed(pattern: &str) -> Result<String, Box<regex_syntax::Error>> {
     Ok(strip(hir).to_string())
 }
 
-fn relaxed_set<'p>(
-    patterns: impl Iterator<Item = &'p String>,
-) -> Result<regex::bytes::RegexSet, ClassifyError> {
+fn relaxed_set<'p>(patterns: impl Iterator<Item = &'p String>) -> Result<RawSet, ClassifyError> {
     // A pattern that cannot be relaxed (a matrix rule's odd syntax) matches every line.
     let relaxed: Vec<String> = patterns
         .map(|p| relaxed(p).unwrap_or_else(|_| String::from("(?s-u:.)*")))
         .collect();
-    // The lazy DFA's cache is per thread: keep it small, these sets run on many lines.
-    regex::bytes::RegexSetBuilder::new(&relaxed)
+    let syntax = regex_automata::util::syntax::Config::new()
         .unicode(false)
-        .size_limit(SIZE_LIMIT)
-        .dfa_size_limit(RAW_DFA_SIZE_LIMIT)
-        .build()
-        .map_err(|source| ClassifyError::Set { source })
+        .utf8(false);
+    // The lazy DFA's cache is per thread: keep it small, these sets run on many lines.
+    let config = meta::Config::new()
+        .nfa_size_limit(Some(SIZE_LIMIT))
+        .hybrid_cache_capacity(RAW_DFA_SIZE_LIMIT);
+    meta::Builder::new()
+        .syntax(syntax)
+        .configure(config)
+        .build_many(&relaxed)
+        .map(RawSet)
+        .map_err(|err| ClassifyError::Set {
+            source: regex::Error::Syntax(err.to_string()),
+        })
+}
+
+/// Relaxed patterns for raw lines, searched with a cache the caller keeps: each scan worker has
+/// its own, where the `regex` crate's shared pool would make every thread but its first one take
+/// a lock per line.
+pub(crate) struct RawSet(meta::Regex);
+
+impl RawSet {
+    pub(crate) fn cache(&self) -> meta::Cache {
+        self.0.create_cache()
+    }
+
+    /// Whether some pattern matches somewhere in `raw`; `cache` must come from [`RawSet::cache`]
+    /// of this set.
+    pub(crate) fn is_match(&self, cache: &mut meta::Cache, raw: &[u8]) -> bool {
+        self.0
+            .search_half_with(cache, &regex_automata::Input::new(raw).earliest(true))
+            .is_some()
+    }
 }
 
 fn trigger(words: &[String], user: &[UserRule]) -> Result<Option<Trigger>, ClassifyError> {

@@ -13,7 +13,7 @@
 use super::line::{self, Cleaned, MAX_LINE};
 use super::rules::{Kind, Table};
 use crate::signature::Signature;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::io::{self, Read};
 use std::sync::{Mutex, mpsc};
 
@@ -97,9 +97,10 @@ pub(crate) fn scan<R: Read>(table: &Table, reader: R) -> io::Result<Findings> {
         .min(MAX_WORKERS);
     if blocks.done() || workers < 2 {
         // A small log (one block), or a single core: no threads.
+        let mut scratch = Scratch::new(table);
         let mut block = Some(first);
         while let Some(b) = block {
-            let scanned = scan_block(table, &b);
+            let scanned = scan_block(table, &b, &mut scratch);
             sequencer.apply(&b, scanned);
             block = blocks.next_block()?;
         }
@@ -131,6 +132,7 @@ fn parallel<R: Read>(
             let done_tx = done_tx.clone();
             let work_rx = &work_rx;
             scope.spawn(move || {
+                let mut scratch = Scratch::new(table);
                 loop {
                     // Holding the lock while waiting is fine: its holder takes the next job.
                     let job = match work_rx.lock() {
@@ -138,7 +140,7 @@ fn parallel<R: Read>(
                         Err(_) => break,
                     };
                     let Ok((n, block)) = job else { break };
-                    let scanned = scan_block(table, &block);
+                    let scanned = scan_block(table, &block, &mut scratch);
                     if done_tx.send((n, block, scanned)).is_err() {
                         break;
                     }
@@ -274,6 +276,49 @@ impl<R: Read> Blocks<R> {
     }
 }
 
+/// Messages of quiet lines remembered as firing no rule, at most this many (then forgotten all
+/// at once), each at most [`SILENT_MAX_LEN`] bytes: about a megabyte per worker.
+const SILENT_ENTRIES: usize = 4096;
+const SILENT_MAX_LEN: usize = 256;
+
+/// One thread's search caches for the raw-line prefilters, kept from block to block.
+#[derive(Debug)]
+struct Scratch {
+    all: regex_automata::meta::Cache,
+    any_level: regex_automata::meta::Cache,
+    quiet: line::QuietCache,
+    /// Messages (what follows a quiet prefix) no `any-level` rule's relaxed pattern matches.
+    /// Whether one does depends on the message's bytes alone, and a warning-heavy log repeats its
+    /// messages (every rank prints every warning), so most are looked up rather than searched.
+    silent: HashSet<Box<[u8]>>,
+}
+
+impl Scratch {
+    fn new(table: &Table) -> Scratch {
+        Scratch {
+            all: table.raw_all.cache(),
+            any_level: table.raw_any_level.cache(),
+            quiet: line::QuietCache::new(),
+            silent: HashSet::new(),
+        }
+    }
+
+    /// Whether no `any-level` rule can fire on a quiet line's message.
+    fn silent(&mut self, table: &Table, message: &[u8]) -> bool {
+        if self.silent.contains(message) {
+            return true;
+        }
+        let silent = !table.raw_any_level.is_match(&mut self.any_level, message);
+        if silent && message.len() <= SILENT_MAX_LEN {
+            if self.silent.len() >= SILENT_ENTRIES {
+                self.silent.clear();
+            }
+            self.silent.insert(message.into());
+        }
+        silent
+    }
+}
+
 /// What a worker found in one block: the lines some rule fires on, in order.
 #[derive(Debug, Default)]
 struct BlockScan {
@@ -297,12 +342,9 @@ struct Examined {
 
 /// Finds the lines of a block (whole lines, ending with a newline) that rules fire on. Pure: it
 /// depends on nothing but the block, so blocks can be scanned in any order on any thread.
-fn scan_block(table: &Table, block: &[u8]) -> BlockScan {
-    // Most blocks are printable ASCII throughout: then no line needs the per-line check (this
-    // loop vectorizes; the per-line one would run once per candidate line).
-    let block_plain = block
-        .iter()
-        .all(|&b| b == b'\n' || b == b'\t' || (b' '..=b'~').contains(&b));
+fn scan_block(table: &Table, block: &[u8], scratch: &mut Scratch) -> BlockScan {
+    // Most blocks are printable ASCII throughout: then no line needs the per-line check.
+    let block_plain = all_plain(block);
     let mut examined = Vec::new();
     let mut pos = 0;
     let mut index = 0u64;
@@ -321,7 +363,7 @@ fn scan_block(table: &Table, block: &[u8]) -> BlockScan {
         };
         index += count_lines(&block[pos..start]);
         let end = start + newline(&block[start..]);
-        if let Some((cleaned, rules)) = examine(table, &block[start..end], block_plain) {
+        if let Some((cleaned, rules)) = examine(table, &block[start..end], block_plain, scratch) {
             examined.push(Examined {
                 start,
                 end,
@@ -342,8 +384,9 @@ fn scan_block(table: &Table, block: &[u8]) -> BlockScan {
 /// Whether no rule can fire on a raw line, decided without cleaning it (the second prefilter).
 /// Only plain lines are decided here: their cleaned text is a piece of the raw line, so a rule
 /// whose relaxed pattern does not match the raw line cannot match the cleaned one. A line whose
-/// prefix surely makes it quiet (WARNING/INFO/DEBUG) can only fire `any-level` rules.
-fn surely_nothing(table: &Table, raw: &[u8], block_plain: bool) -> bool {
+/// prefix surely makes it quiet (WARNING/INFO/DEBUG) can only fire `any-level` rules, and its
+/// cleaned text is a piece of what follows that prefix, so only that part is searched.
+fn surely_nothing(table: &Table, raw: &[u8], block_plain: bool, scratch: &mut Scratch) -> bool {
     let plain = if block_plain {
         line::is_plain_ascii(raw)
     } else {
@@ -352,19 +395,22 @@ fn surely_nothing(table: &Table, raw: &[u8], block_plain: bool) -> bool {
     if !plain {
         return false;
     }
-    let candidates = if line::surely_quiet(raw) {
-        &table.raw_any_level
-    } else {
-        &table.raw_all
-    };
-    !candidates.is_match(raw)
+    match line::quiet_prefix(raw, &mut scratch.quiet) {
+        Some(end) => scratch.silent(table, &raw[end..]),
+        None => !table.raw_all.is_match(&mut scratch.all, raw),
+    }
 }
 
 /// The rules that fire on one raw line, after its prefixes are stripped. The harness's own notes
 /// in a cell's log (`[gpucompat] ...`) describe what it saw; they are never the cell's failure.
-fn examine(table: &Table, raw: &[u8], block_plain: bool) -> Option<(Cleaned, Vec<usize>)> {
+fn examine(
+    table: &Table,
+    raw: &[u8],
+    block_plain: bool,
+    scratch: &mut Scratch,
+) -> Option<(Cleaned, Vec<usize>)> {
     if raw.starts_with(crate::exec::logsink::NOTE_PREFIX.as_bytes())
-        || surely_nothing(table, raw, block_plain)
+        || surely_nothing(table, raw, block_plain, scratch)
     {
         return None;
     }
@@ -661,6 +707,18 @@ impl<'t> Sequencer<'t> {
 /// Offset of the first newline in `bytes` (its length when there is none).
 fn newline(bytes: &[u8]) -> usize {
     memchr::memchr(b'\n', bytes).unwrap_or(bytes.len())
+}
+
+/// Whether every byte is printable ASCII, a tab or a newline. Each chunk is folded without an
+/// early exit, which the compiler turns into wide vector compares (a plain `all` goes byte by
+/// byte, and cost a tenth of a warning-heavy scan).
+fn all_plain(bytes: &[u8]) -> bool {
+    bytes.chunks(4096).all(|chunk| {
+        let odd = chunk.iter().fold(0u8, |odd, &b| {
+            odd | u8::from(!(b == b'\n' || b == b'\t' || (b' '..=b'~').contains(&b)))
+        });
+        odd == 0
+    })
 }
 
 /// Newlines in `bytes`.

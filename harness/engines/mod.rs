@@ -71,6 +71,9 @@ pub struct ResolvedServer {
     /// Regex the completion text must match.
     pub expect: Option<Regex>,
     pub check: AnswerCheck,
+    /// The text comes from a random-weight toy model (the `flashinfer-probe`'s Markov chain over a
+    /// few words): it may repeat itself by design, so `check = "text"` does not judge repetition.
+    pub random_text: bool,
     /// Ask `GET /v1/models` for the served model name (real engines answer only to it), instead
     /// of sending `model` as written.
     pub discover_model: bool,
@@ -191,6 +194,7 @@ pub fn resolve(spec: &ServerSpec) -> Result<ResolvedServer, EngineError> {
             Some("tokens") => AnswerCheck::Tokens,
             Some(other) => return Err(EngineError::Check(other.to_owned())),
         },
+        random_text: spec.kind == ServerKind::FlashinferProbe,
         discover_model: builtin.as_ref().is_some_and(|b| b.discover_model),
         env: builtin
             .as_ref()

@@ -58,6 +58,9 @@ pub(crate) struct Answer {
     pub ttft_s: Option<f64>,
     pub total_s: f64,
     pub completion_tokens: Option<u64>,
+    /// Where the answer carried a NaN or an infinity (in its logprobs or other values), when it
+    /// did: `choices[0].logprobs.token_logprobs[2] is NaN`.
+    pub non_finite: Option<String>,
 }
 
 impl Answer {
@@ -165,10 +168,13 @@ pub(crate) async fn complete(
                     done = true;
                     break;
                 }
-                let event: Value = serde_json::from_str(data).map_err(|e| RequestError::Shape {
+                let (event, non_finite) = parse_json(data).map_err(|e| RequestError::Shape {
                     url: url.clone(),
                     detail: format!("bad stream event `{data}`: {e}"),
                 })?;
+                if answer.non_finite.is_none() {
+                    answer.non_finite = non_finite;
+                }
                 if let Some(message) = error_message(&event) {
                     return Err(RequestError::Engine { url, message });
                 }
@@ -191,10 +197,11 @@ pub(crate) async fn complete(
         }
     } else {
         let text = response.text().await.map_err(send_err)?;
-        let value: Value = serde_json::from_str(&text).map_err(|e| RequestError::Shape {
+        let (value, non_finite) = parse_json(&text).map_err(|e| RequestError::Shape {
             url: url.clone(),
             detail: format!("{e}: {}", text.chars().take(200).collect::<String>()),
         })?;
+        answer.non_finite = non_finite;
         if let Some(message) = error_message(&value) {
             return Err(RequestError::Engine { url, message });
         }
@@ -211,6 +218,110 @@ pub(crate) async fn complete(
     }
     answer.total_s = start.elapsed().as_secs_f64();
     Ok(answer)
+}
+
+/// Parses an answer's JSON (a body or one stream event). Python's `json`, which most engines'
+/// servers use, writes NaN and the infinities as bare `NaN`, `Infinity` and `-Infinity` (C++
+/// servers `nan` and `inf`), which are not JSON: such values are read as null, and the place of
+/// the first one is returned with the value.
+fn parse_json(text: &str) -> Result<(Value, Option<String>), serde_json::Error> {
+    let err = match serde_json::from_str(text) {
+        Ok(value) => return Ok((value, None)),
+        Err(err) => err,
+    };
+    let Some(marked) = mark_non_finite(text) else {
+        return Err(err);
+    };
+    let mut value: Value = serde_json::from_str(&marked).map_err(|_| err)?;
+    let place = take_marks(&mut value, &mut String::new());
+    Ok((value, place))
+}
+
+/// Starts the string a non-finite number is turned into while parsing (a NUL cannot be in text).
+const NON_FINITE_MARK: &str = "\u{0}non-finite:";
+
+/// Non-finite literals as servers write them, longest first.
+const NON_FINITE: &[&str] = &[
+    "-Infinity",
+    "+Infinity",
+    "Infinity",
+    "-infinity",
+    "infinity",
+    "-NaN",
+    "NaN",
+    "-nan",
+    "nan",
+    "-inf",
+    "+inf",
+    "inf",
+];
+
+/// `text` with every non-finite literal outside strings replaced by a marked string; `None` when
+/// there is none.
+fn mark_non_finite(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len() + 32);
+    let mut found = false;
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+        } else if c == '"' {
+            in_string = true;
+        } else if let Some(word) = NON_FINITE.iter().find(|w| {
+            rest.starts_with(**w)
+                && !rest[w.len()..].starts_with(|n: char| n.is_ascii_alphanumeric())
+                && !out.ends_with(|p: char| p.is_ascii_alphanumeric())
+        }) {
+            found = true;
+            out.push_str(&serde_json::to_string(&format!("{NON_FINITE_MARK}{word}")).ok()?);
+            rest = &rest[word.len()..];
+            continue;
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    found.then_some(out)
+}
+
+/// Turns the marked strings of `value` back into nulls; returns where the first one was.
+fn take_marks(value: &mut Value, path: &mut String) -> Option<String> {
+    let mut first = None;
+    match value {
+        Value::String(text) => {
+            if let Some(word) = text.strip_prefix(NON_FINITE_MARK) {
+                first = Some(format!("{} is {word}", path.trim_start_matches('.')));
+                *value = Value::Null;
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                let len = path.len();
+                path.push_str(&format!("[{i}]"));
+                let found = take_marks(item, path);
+                first = first.or(found);
+                path.truncate(len);
+            }
+        }
+        Value::Object(fields) => {
+            for (key, item) in fields.iter_mut() {
+                let len = path.len();
+                path.push('.');
+                path.push_str(key);
+                let found = take_marks(item, path);
+                first = first.or(found);
+                path.truncate(len);
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+    first
 }
 
 /// `choices[0].text`, `.delta.content` or `.message.content`.
@@ -268,11 +379,27 @@ pub(crate) fn validate_tokens(answer: &Answer, max_tokens: u32) -> Result<(), St
     }
 }
 
-/// Checks an answer: not empty, not garbage, and matching `expect` when given. `Err` says why.
-pub(crate) fn validate(text: &str, expect: Option<&Regex>) -> Result<(), String> {
-    let trimmed = text.trim();
+/// How `check = "text"` judges an answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TextCheck<'a> {
+    /// The regex the text must match.
+    pub expect: Option<&'a Regex>,
+    /// Whether degenerate repetition is wrong: not for a random-weight toy model, whose text
+    /// repeats itself by design.
+    pub repetition: bool,
+}
+
+/// Checks an answer: not empty, no NaN or infinity in what the server returned, not garbage, not
+/// a degenerate repetition, and matching `expect` when given. `Err` says why.
+pub(crate) fn validate(answer: &Answer, check: &TextCheck<'_>) -> Result<(), String> {
+    let trimmed = answer.text.trim();
     if trimmed.is_empty() {
         return Err("the answer is empty".to_owned());
+    }
+    if let Some(place) = &answer.non_finite {
+        return Err(format!(
+            "the answer carries a value that is not finite: {place}"
+        ));
     }
     if trimmed.contains('\u{fffd}') {
         return Err(format!(
@@ -310,9 +437,23 @@ pub(crate) fn validate(text: &str, expect: Option<&Regex>) -> Result<(), String>
                 shown(trimmed)
             ));
         }
+        if !chars.iter().any(|c| c.is_alphanumeric()) {
+            return Err(format!(
+                "the answer is garbage, symbols without a letter or digit: {}",
+                shown(trimmed)
+            ));
+        }
     }
-    if let Some(expect) = expect {
-        if !expect.is_match(text) {
+    if check.repetition {
+        if let Some(what) = repetition(trimmed) {
+            return Err(format!(
+                "the answer repeats itself (a degenerate generation): {what}: {}",
+                shown(trimmed)
+            ));
+        }
+    }
+    if let Some(expect) = check.expect {
+        if !expect.is_match(&answer.text) {
             return Err(format!(
                 "the answer does not match `{}`: {}",
                 expect.as_str(),
@@ -321,6 +462,56 @@ pub(crate) fn validate(text: &str, expect: Option<&Regex>) -> Result<(), String>
         }
     }
     Ok(())
+}
+
+/// Fewest words (or, for text without spaces, characters) judged for repetition: a short answer
+/// may repeat a word honestly ("Paris, Paris").
+const REPEAT_MIN_WORDS: usize = 8;
+const REPEAT_MIN_CHARS: usize = 16;
+/// Longest repeating unit judged, in words (characters for text without spaces). Healthy small
+/// models under greedy decoding do loop over whole sentences; broken kernels emit one token, or a
+/// few, over and over.
+const REPEAT_MAX_WORDS: usize = 4;
+const REPEAT_MAX_CHARS: usize = 8;
+
+/// Degenerate repetition: one word making up three quarters of the text, or a unit of up to
+/// four words (eight characters in text without spaces) that repeats over nine tenths of it.
+/// Says what repeats.
+fn repetition(text: &str) -> Option<String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    if words.len() >= REPEAT_MIN_WORDS {
+        let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for word in &words {
+            *counts.entry(word).or_default() += 1;
+        }
+        if let Some((word, n)) = counts.into_iter().max_by_key(|(_, n)| *n) {
+            if n * 4 >= words.len() * 3 {
+                return Some(format!("{word:?} is {n} of its {} words", words.len()));
+            }
+        }
+        return periodic(&words, REPEAT_MAX_WORDS)
+            .map(|unit| format!("{:?} over and over", unit.join(" ")));
+    }
+    let chars: Vec<char> = text.chars().filter(|c| !c.is_whitespace()).collect();
+    if chars.len() >= REPEAT_MIN_CHARS {
+        return periodic(&chars, REPEAT_MAX_CHARS)
+            .map(|unit| format!("{:?} over and over", unit.iter().collect::<String>()));
+    }
+    None
+}
+
+/// The shortest unit of at most `max` items that `items` repeats, seen at least three times and
+/// agreeing with the item one unit back at nine tenths of the places.
+fn periodic<T: PartialEq>(items: &[T], max: usize) -> Option<&[T]> {
+    (1..=max)
+        .filter(|&period| items.len() >= 3 * period)
+        .find(|&period| {
+            let same = (period..items.len())
+                .filter(|&i| items[i] == items[i - period])
+                .count();
+            same * 10 >= (items.len() - period) * 9
+        })
+        .map(|period| &items[..period])
 }
 
 fn shown(text: &str) -> String {
@@ -345,18 +536,128 @@ mod tests {
         assert!(validate_tokens(&answer(None), 16).is_err());
     }
 
+    fn text(text: &str, expect: Option<&Regex>) -> Result<(), String> {
+        let answer = Answer {
+            text: text.to_owned(),
+            ..Answer::default()
+        };
+        validate(
+            &answer,
+            &TextCheck {
+                expect,
+                repetition: true,
+            },
+        )
+    }
+
     #[test]
     fn validation_rules() {
         let paris = Regex::new("(?i)paris").ok();
-        assert!(validate(" Paris, of course.", paris.as_ref()).is_ok());
-        assert!(validate("   ", None).is_err());
-        assert!(validate("!!!!!!!!!!!!", None).is_err());
-        assert!(validate("nan nan NaN", None).is_err());
-        assert!(validate("The value is NaN here", None).is_ok());
-        assert!(validate("ab\u{fffd}cd", None).is_err());
-        assert!(validate("a\u{1}b", None).is_err());
-        assert!(validate("London", paris.as_ref()).is_err());
-        assert!(validate("aaaaaaab", None).is_ok());
+        assert!(text(" Paris, of course.", paris.as_ref()).is_ok());
+        assert!(text("   ", None).is_err());
+        assert!(text("!!!!!!!!!!!!", None).is_err());
+        assert!(text("nan nan NaN", None).is_err());
+        assert!(text("The value is NaN here", None).is_ok());
+        assert!(text("ab\u{fffd}cd", None).is_err());
+        assert!(text("a\u{1}b", None).is_err());
+        assert!(text("London", paris.as_ref()).is_err());
+        assert!(text("aaaaaaab", None).is_ok());
+    }
+
+    #[test]
+    fn degenerate_repetition_is_wrong_and_ordinary_text_is_not() {
+        let wrong = [
+            " the the the the the the the the the the the the",
+            " Paris, Paris, Paris, Paris, Paris, Paris, Paris, Paris",
+            " of the of the of the of the of the of the",
+            " a b c d a b c d a b c d a b c d",
+            "的的的的的的的的的的的的的的的的的的",
+            "abcabcabcabcabcabcabcabc",
+            " city city city city city city city city city old city city",
+        ];
+        for answer in wrong {
+            let err = text(answer, None).expect_err(answer);
+            assert!(
+                err.starts_with("the answer repeats itself")
+                    || err.starts_with("the answer is one character repeated"),
+                "{err}"
+            );
+        }
+        let fine = [
+            " Paris, of course.",
+            " Paris. Paris is the capital of France. Paris is the capital of France.",
+            " Paris is the capital and most populous city of France, with an estimated population",
+            "1, 2, 3, 4, 5, 6, 7, 8, 9, 10",
+            " - a\n - b\n - c\n - d\n - e",
+            " Paris, Paris",
+            "巴黎是法国的首都，也是法国最大的城市。",
+        ];
+        for answer in fine {
+            assert!(
+                text(answer, None).is_ok(),
+                "{answer}: {:?}",
+                text(answer, None)
+            );
+        }
+        // A random-weight toy model's text may loop; it is not judged for that.
+        let answer = Answer {
+            text: "a bridges old on city city city city city city city city".to_owned(),
+            ..Answer::default()
+        };
+        let toy = TextCheck {
+            expect: None,
+            repetition: false,
+        };
+        assert!(validate(&answer, &toy).is_ok());
+    }
+
+    #[test]
+    fn garbage_without_letters_is_wrong() {
+        let err = text("?!.,;:-=+*&^%$#", None).expect_err("garbage");
+        assert!(err.starts_with("the answer is garbage"), "{err}");
+        assert!(text("\u{fffd}\u{fffd}\u{fffd}", None).is_err());
+        assert!(text("42!", None).is_ok());
+    }
+
+    #[test]
+    fn nan_and_infinity_in_the_json_are_found_and_named() {
+        let (value, place) = parse_json(
+            r#"{"choices":[{"text":" Paris NaN","logprobs":{"tokens":[" Paris"],"token_logprobs":[NaN]}}]}"#,
+        )
+        .expect("parses");
+        assert_eq!(
+            place.as_deref(),
+            Some("choices[0].logprobs.token_logprobs[0] is NaN")
+        );
+        assert_eq!(choice_text(&value), Some(" Paris NaN"), "strings are kept");
+        let (_, place) =
+            parse_json(r#"{"a":[1,-Infinity],"b":"Infinity, \"NaN\"","c":inf}"#).expect("parses");
+        assert_eq!(place.as_deref(), Some("a[1] is -Infinity"));
+        let (_, place) =
+            parse_json(r#"{"choices":[],"usage":{"completion_tokens":3}}"#).expect("plain JSON");
+        assert_eq!(place, None);
+        assert!(parse_json("{\"a\": Nonsense}").is_err());
+        assert!(parse_json("{\"a\": nanny}").is_err());
+        let answer = Answer {
+            text: " Paris".to_owned(),
+            non_finite: Some("choices[0].logprobs.token_logprobs[0] is NaN".to_owned()),
+            ..Answer::default()
+        };
+        let err = text_check(&answer).expect_err("NaN");
+        assert!(
+            err.contains("not finite") && err.contains("token_logprobs[0] is NaN"),
+            "{err}"
+        );
+    }
+
+    fn text_check(answer: &Answer) -> Result<(), String> {
+        validate(
+            answer,
+            &TextCheck {
+                expect: None,
+                repetition: true,
+            },
+        )
     }
 
     #[test]
@@ -366,6 +667,7 @@ mod tests {
             ttft_s: Some(0.5),
             total_s: 1.5,
             completion_tokens: Some(11),
+            non_finite: None,
         };
         let (tpot, tps) = answer.rates();
         assert!((tpot.unwrap_or_default() - 0.1).abs() < 1e-9);

@@ -330,7 +330,8 @@ python = "python3"
 
 /// The probe's own process and serving logic, run for real with only its GPU work stood in
 /// (tests/fixtures/engines/probe_cpu.py): workers that pass, a streamed answer with a time to
-/// first token; workers that die without reporting; a stuck worker the watchdog calls a deadlock.
+/// first token; an answer whose logprobs are NaN; workers that die without reporting; a stuck
+/// worker the watchdog calls a deadlock.
 #[test]
 fn the_probe_serves_streams_and_fails_fast_or_hangs_as_its_workers_do() {
     let stand_in = repo_root().join("tests/fixtures/engines/probe_cpu.py");
@@ -388,6 +389,13 @@ no-progress = "3s"
     assert!(ttft >= 0.0, "{record}");
     assert!(record["metrics"]["jit_s"].is_number(), "{record}");
 
+    // FlashInfer's sampling gave NaN: the text reads fine, the logprobs the probe returns do not.
+    let (code, record, log, _keep) = run("nan", "", "nan");
+    assert_eq!(code, Some(1), "{record}\n{log}");
+    assert_eq!(record["signature"], "wrong_output", "{record}");
+    let said = record["reason"].as_str().unwrap_or_default();
+    assert!(said.contains("token_logprobs[0] is NaN"), "{record}");
+
     let (code, record, log, _keep) = run("crash", "", "crash");
     assert_eq!(code, Some(1), "{record}");
     assert_eq!(record["status"], "fail");
@@ -424,4 +432,81 @@ fn an_unknown_answer_check_is_bad_input() {
         stderr.contains("`check` in [server] must be \"text\" or \"tokens\", found \"words\""),
         "{stderr}"
     );
+}
+
+/// Wrong answers that come without any error, from a real loopback server (the stand-in) through
+/// `gpucompat run`: nothing generated, one token over and over, replacement characters, NaN
+/// logprobs behind a fine text. Under `check = "text"` each is `wrong_output` with a reason that
+/// says what was wrong; under `check = "tokens"` (random-weight models, whose text is noise) only
+/// a wrong token count is, and a repeating or unreadable text passes.
+#[test]
+fn wrong_answers_without_an_error_are_wrong_output() {
+    // Under `tokens` the stand-in plays a random-weight model: noise, `max-tokens` of it.
+    let run = |check: &str| {
+        let sandbox = Sandbox::new();
+        let random = if check == "tokens" { "1" } else { "0" };
+        let matrix = sandbox.file(
+            "m.toml",
+            &format!(
+                r#"engine = "sglang"
+[matrix]
+answer = ["empty", "repeat", "replacement", "nan", "fine"]
+[server]
+model = "m"
+check = "{check}"
+max-tokens = 12
+ready-timeout = "60s"
+timeout = "2m"
+no-progress = "30s"
+[env]
+STANDIN_ANSWER = "{{answer}}"
+STANDIN_RANDOM = "{random}"
+"#
+            ),
+        );
+        let out = sandbox.path().join("run");
+        let run = run_in(&sandbox)
+            .args(["--grace", "1s", "--out"])
+            .arg(&out)
+            .arg(&matrix)
+            .env("PATH", path_with_stand_ins())
+            .env(
+                "PYTHONPATH",
+                repo_root().join("tests/fixtures/engines/pypath"),
+            )
+            .output()
+            .expect("run");
+        let by_answer: HashMap<String, Value> = records(&out)
+            .into_iter()
+            .map(|r| (r["id"].as_str().unwrap_or_default().to_owned(), r))
+            .collect();
+        (run.status.code(), by_answer, sandbox)
+    };
+
+    let (code, records, _keep) = run("text");
+    assert_eq!(code, Some(1), "{records:?}");
+    for (answer, reason) in [
+        ("empty", "the answer is empty"),
+        ("repeat", "the answer repeats itself"),
+        ("replacement", "the answer holds invalid bytes"),
+        ("nan", "choices[0].logprobs.token_logprobs[0] is NaN"),
+    ] {
+        let record = &records[answer];
+        assert_eq!(record["status"], "fail", "{answer}: {record}");
+        assert_eq!(record["signature"], "wrong_output", "{answer}: {record}");
+        assert_eq!(record["phase"], "validate", "{answer}: {record}");
+        let said = record["reason"].as_str().unwrap_or_default();
+        assert!(said.contains(reason), "{answer}: {record}");
+    }
+    assert_eq!(records["fine"]["status"], "pass", "{}", records["fine"]);
+
+    let (_, records, _keep) = run("tokens");
+    for answer in ["repeat", "replacement", "fine"] {
+        let record = &records[answer];
+        assert_eq!(record["status"], "pass", "{answer}: {record}");
+    }
+    let record = &records["empty"];
+    assert_eq!(record["signature"], "wrong_output", "{record}");
+    let said = record["reason"].as_str().unwrap_or_default();
+    assert!(said.contains("generated no tokens"), "{record}");
 }

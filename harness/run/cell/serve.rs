@@ -94,7 +94,13 @@ async fn serve(
     keep_answer(cx, facts, &answer);
     facts.phase = Phase::Validate;
     let checked = match s.resolved.check {
-        AnswerCheck::Text => server::validate(&answer.text, s.resolved.expect.as_ref()),
+        AnswerCheck::Text => server::validate(
+            &answer,
+            &server::TextCheck {
+                expect: s.resolved.expect.as_ref(),
+                repetition: !s.resolved.random_text,
+            },
+        ),
         AnswerCheck::Tokens => server::validate_tokens(&answer, s.resolved.max_tokens),
     };
     checked.map_err(|reason| {
