@@ -369,6 +369,13 @@ pub(crate) async fn served_model(client: &reqwest::Client, port: u16) -> Option<
 /// Checks a random-weight model's answer: the engine's own count says it generated exactly the
 /// tokens asked for (what it says is noise by design). `Err` says why.
 pub(crate) fn validate_tokens(answer: &Answer, max_tokens: u32) -> Result<(), String> {
+    // Random weights make noisy text, never a NaN: a value that is not finite is a numeric fault
+    // (a kernel's), whatever the text.
+    if let Some(place) = &answer.non_finite {
+        return Err(format!(
+            "the answer carries a value that is not finite: {place}"
+        ));
+    }
     match answer.completion_tokens {
         Some(n) if n == u64::from(max_tokens) => Ok(()),
         Some(0) => Err("the engine generated no tokens".to_owned()),
@@ -534,6 +541,12 @@ mod tests {
         assert!(validate_tokens(&answer(Some(3)), 16).is_err());
         assert!(validate_tokens(&answer(Some(0)), 16).is_err());
         assert!(validate_tokens(&answer(None), 16).is_err());
+        let nan = Answer {
+            non_finite: Some("choices[0].logprobs.token_logprobs[3] is NaN".to_owned()),
+            ..answer(Some(16))
+        };
+        let err = validate_tokens(&nan, 16).expect_err("a NaN under tokens");
+        assert!(err.contains("token_logprobs[3] is NaN"), "{err}");
     }
 
     fn text(text: &str, expect: Option<&Regex>) -> Result<(), String> {

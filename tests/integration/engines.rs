@@ -509,4 +509,9 @@ STANDIN_RANDOM = "{random}"
     assert_eq!(record["signature"], "wrong_output", "{record}");
     let said = record["reason"].as_str().unwrap_or_default();
     assert!(said.contains("generated no tokens"), "{record}");
+    // Noise is expected of random weights; a NaN is not.
+    let record = &records["nan"];
+    assert_eq!(record["signature"], "wrong_output", "{record}");
+    let said = record["reason"].as_str().unwrap_or_default();
+    assert!(said.contains("token_logprobs[0] is NaN"), "{record}");
 }
