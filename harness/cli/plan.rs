@@ -16,7 +16,7 @@ Examples:
 
 `--format github` prints one line, {\"include\": [...]}, for a GitHub Actions job matrix. \
 Each entry has `id`, `runs-on` (the runner labels, one `gpu-<arch>` per arch its cells need and \
-`gpus-<n>` when they need several GPUs), `gpus` (the GPU spec), `cells` and `args` (the `--cell` \
+`gpus-<n>` when they need several GPUs; a matrix's `[runners]` table renames them), `gpus` (the GPU spec), `cells` and `args` (the `--cell` \
 arguments that run them). With more cells than `--max-jobs` (default 256, GitHub's limit), cells \
 with the same labels and pins share a job; a one-cell entry also has `cell`, its id:
 
