@@ -15,11 +15,11 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 /// A token in GitHub's shape, built at run time (no secret-looking literal in the source).
-fn token() -> String {
+pub(crate) fn token() -> String {
     format!("ghp_{}", "Zq7".repeat(12))
 }
 
-const REPO: &str = "acme/serving";
+pub(crate) const REPO: &str = "acme/serving";
 const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
 
 /// A canned failure answered before the real one.
@@ -34,13 +34,13 @@ enum Fault {
 }
 
 #[derive(Debug, Default)]
-struct Inner {
+pub(crate) struct Inner {
     port: u16,
     next_id: u64,
     /// (issue number, comment).
     comments: Vec<(u64, Value)>,
     issues: Vec<Value>,
-    check_runs: Vec<Value>,
+    pub(crate) check_runs: Vec<Value>,
     statuses: Vec<Value>,
     /// Check runs answer 403, as for a personal token.
     forbid_check_runs: bool,
@@ -50,19 +50,19 @@ struct Inner {
     /// (method, path and query, status answered).
     log: Vec<(String, String, u16)>,
     /// Requests that do not fit the API description.
-    violations: Vec<String>,
+    pub(crate) violations: Vec<String>,
     /// Authorization headers seen (to check the token is sent, and only there).
     auth: Vec<String>,
 }
 
 #[derive(Clone)]
-struct StandIn {
+pub(crate) struct StandIn {
     inner: Arc<Mutex<Inner>>,
     spec: Arc<Value>,
 }
 
 impl StandIn {
-    fn start() -> StandIn {
+    pub(crate) fn start() -> StandIn {
         let text =
             std::fs::read_to_string(repo_root().join("tests/fixtures/github/openapi-subset.json"))
                 .expect("the OpenAPI subset");
@@ -95,19 +95,19 @@ impl StandIn {
         stand_in
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!(
             "http://127.0.0.1:{}",
             self.inner.lock().expect("stand-in state").port
         )
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
         f(&mut self.inner.lock().expect("stand-in state"))
     }
 
     /// Comments on `pr` that carry `marker`.
-    fn marked(&self, pr: u64, marker: &str) -> Vec<Value> {
+    pub(crate) fn marked(&self, pr: u64, marker: &str) -> Vec<Value> {
         self.with(|s| {
             s.comments
                 .iter()
@@ -509,9 +509,9 @@ async fn handle(
 /// A one-cell-per-outcome matrix: `bad` fails on head and prints tokens into its log. (Cell
 /// scripts live in files: the log's header echoes a command, and only its first line carries
 /// the harness's prefix.)
-const MATRIX: &str = "[matrix]\ncell = [\"good\", \"bad\"]\n\n[job]\ncommand = \"sh job.sh {cell}\"\ntimeout = \"1m\"\n";
+pub(crate) const MATRIX: &str = "[matrix]\ncell = [\"good\", \"bad\"]\n\n[job]\ncommand = \"sh job.sh {cell}\"\ntimeout = \"1m\"\n";
 
-const JOB: &str = r#"case "$1:$GPUCOMPAT_PINS" in
+pub(crate) const JOB: &str = r#"case "$1:$GPUCOMPAT_PINS" in
   bad:*lib==2*)
     echo "auth: Authorization: Bearer $LEAK_GH" >&2
     echo "HF_TOKEN=$LEAK_HF" >&2

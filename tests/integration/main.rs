@@ -12,7 +12,7 @@ mod corpus;
 mod demo;
 mod engines;
 mod gate;
-mod github;
+pub(crate) mod github;
 mod hang;
 mod hardening;
 mod matrix;
