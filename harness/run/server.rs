@@ -371,11 +371,7 @@ pub(crate) async fn served_model(client: &reqwest::Client, port: u16) -> Option<
 pub(crate) fn validate_tokens(answer: &Answer, max_tokens: u32) -> Result<(), String> {
     // Random weights make noisy text, never a NaN: a value that is not finite is a numeric fault
     // (a kernel's), whatever the text.
-    if let Some(place) = &answer.non_finite {
-        return Err(format!(
-            "the answer carries a value that is not finite: {place}"
-        ));
-    }
+    finite(answer)?;
     match answer.completion_tokens {
         Some(n) if n == u64::from(max_tokens) => Ok(()),
         Some(0) => Err("the engine generated no tokens".to_owned()),
@@ -383,6 +379,16 @@ pub(crate) fn validate_tokens(answer: &Answer, max_tokens: u32) -> Result<(), St
             "the engine generated {n} tokens, not the {max_tokens} asked for with ignore_eos"
         )),
         None => Err("the engine did not report how many tokens it generated (usage)".to_owned()),
+    }
+}
+
+/// Both checks: no NaN or infinity anywhere in what the server returned.
+fn finite(answer: &Answer) -> Result<(), String> {
+    match &answer.non_finite {
+        Some(place) => Err(format!(
+            "the answer carries a value that is not finite: {place}"
+        )),
+        None => Ok(()),
     }
 }
 
@@ -403,11 +409,7 @@ pub(crate) fn validate(answer: &Answer, check: &TextCheck<'_>) -> Result<(), Str
     if trimmed.is_empty() {
         return Err("the answer is empty".to_owned());
     }
-    if let Some(place) = &answer.non_finite {
-        return Err(format!(
-            "the answer carries a value that is not finite: {place}"
-        ));
-    }
+    finite(answer)?;
     if trimmed.contains('\u{fffd}') {
         return Err(format!(
             "the answer holds invalid bytes: {}",

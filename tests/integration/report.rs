@@ -1,7 +1,7 @@
 //! `report` and `compare` on run folders written by hand (no cell is run): two nightlies of a
 //! small FlashInfer x GPU x model matrix, with hostile text in a log, an excerpt, values and ids.
 
-use crate::util::{Sandbox, gpucompat};
+use crate::util::{Sandbox, copy_dir, gpucompat};
 use gpucompat::classify::{Clue, ClueKind};
 use gpucompat::record::{
     CellRecord, Exit, ExpectationRef, GpuInfo, Manifest, Metrics, Phase, RunState, Runner, Status,
@@ -976,19 +976,6 @@ fn evil_stem() -> String {
         .trim_start_matches("cells/")
         .trim_end_matches(".html")
         .to_owned()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("create folder");
-    for entry in std::fs::read_dir(from).expect("read folder") {
-        let entry = entry.expect("folder entry");
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copy file");
-        }
-    }
 }
 
 /// Every file under `dir`, recursively, as text.

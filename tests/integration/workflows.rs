@@ -278,6 +278,17 @@ fn step_script(workflow: &str, step: &str) -> String {
         .join("\n")
 }
 
+/// Puts the built gpucompat in `dir`, where a workflow step expects it (the build job's
+/// `target/release`, or the downloaded artifact under `RUNNER_TEMP/bin`).
+fn place_binary(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).expect("binary folder");
+    std::fs::copy(
+        assert_cmd::cargo::cargo_bin!("gpucompat"),
+        dir.join("gpucompat"),
+    )
+    .expect("copy the binary");
+}
+
 /// Runs a step's script with bash in `dir`, as the runner would (`bash -e`), with `env`.
 fn run_step(
     script: &str,
@@ -313,20 +324,12 @@ fn workflows_nightly_steps_run_as_written() {
     let nightly = workflow("nightly.yml");
     let sandbox = crate::util::Sandbox::new();
     let root = sandbox.path();
-    let bin_dir = root.join("runner-temp/bin");
-    std::fs::create_dir_all(&bin_dir).expect("bin");
-    std::fs::copy(
-        assert_cmd::cargo::cargo_bin!("gpucompat"),
-        bin_dir.join("gpucompat"),
-    )
-    .expect("copy the binary");
+    place_binary(&root.join("runner-temp/bin"));
     let runner_temp = root.join("runner-temp").display().to_string();
 
     // build: the plan step, with the binary where the build step leaves it.
     let checkout = root.join("checkout");
-    let release = checkout.join(".gpucompat-src/target/release");
-    std::fs::create_dir_all(&release).expect("release");
-    std::fs::copy(bin_dir.join("gpucompat"), release.join("gpucompat")).expect("copy");
+    place_binary(&checkout.join(".gpucompat-src/target/release"));
     std::fs::write(checkout.join("mini.toml"), MINI).expect("matrix");
     std::fs::write(checkout.join("job.sh"), MINI_JOB).expect("job");
     let output_file = root.join("github-output");
@@ -380,7 +383,7 @@ fn workflows_nightly_steps_run_as_written() {
             "{id}: a failing cell must not fail the job:\n{}",
             String::from_utf8_lossy(&ran.stderr)
         );
-        copy_tree(
+        crate::util::copy_dir(
             &job.join("shard"),
             &publish.join(format!("shards/shard-{id}")),
         );
@@ -452,19 +455,6 @@ fn workflows_nightly_steps_run_as_written() {
     );
 }
 
-fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).expect("create folder");
-    for entry in std::fs::read_dir(from).expect("read folder") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copy");
-        }
-    }
-}
-
 fn git(dir: &std::path::Path, args: &[&str]) -> String {
     let out = assert_cmd::Command::new("git")
         .args(args)
@@ -494,13 +484,7 @@ fn workflows_gate_steps_run_as_written() {
     let (gate_yml, comment_yml) = (workflow("gate.yml"), workflow("gate-comment.yml"));
     let sandbox = crate::util::Sandbox::new();
     let root = sandbox.path();
-    let bin_dir = root.join("runner-temp/bin");
-    std::fs::create_dir_all(&bin_dir).expect("bin");
-    std::fs::copy(
-        assert_cmd::cargo::cargo_bin!("gpucompat"),
-        bin_dir.join("gpucompat"),
-    )
-    .expect("copy the binary");
+    place_binary(&root.join("runner-temp/bin"));
     let runner_temp = root.join("runner-temp").display().to_string();
 
     // The PR: a base commit and a head commit that bumps the pin.
@@ -533,9 +517,7 @@ fn workflows_gate_steps_run_as_written() {
         .output()
         .is_ok();
     if has_jq {
-        let release = checkout.join(".gpucompat-src/target/release");
-        std::fs::create_dir_all(&release).expect("release");
-        std::fs::copy(bin_dir.join("gpucompat"), release.join("gpucompat")).expect("copy");
+        place_binary(&checkout.join(".gpucompat-src/target/release"));
         let output_file = root.join("github-output");
         let mut with_output = env.clone();
         with_output.push(("GITHUB_OUTPUT", output_file.display().to_string()));
@@ -577,10 +559,8 @@ fn workflows_gate_steps_run_as_written() {
 
     // gate-comment.yml: the gate folder as download-artifact brings it, gpucompat as built.
     let post = root.join("post");
-    copy_tree(&checkout.join("gate"), &post.join("gate"));
-    let release = post.join(".gpucompat-src/target/release");
-    std::fs::create_dir_all(&release).expect("release");
-    std::fs::copy(bin_dir.join("gpucompat"), release.join("gpucompat")).expect("copy");
+    crate::util::copy_dir(&checkout.join("gate"), &post.join("gate"));
+    place_binary(&post.join(".gpucompat-src/target/release"));
     let stand_in = StandIn::start();
     let post_env = |run_sha: &str| {
         vec![
