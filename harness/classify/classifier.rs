@@ -15,6 +15,7 @@
 
 use super::explain::{self, Clue, ClueKind, DecidedBy};
 use super::fingerprint::fingerprint;
+use super::repetition::repeated_phrase;
 use super::rules::Table;
 use super::scan::{self, Excerpt, Findings, Hit};
 use crate::matrix::UserRule;
@@ -199,6 +200,7 @@ impl Classifier {
             weak_by_signature,
             hangs,
             tail,
+            tail_text,
         } = found;
         if let Some(hit) = strong {
             let mut out = self.name_hit(hit, DecidedBy::FatalLine);
@@ -315,6 +317,9 @@ impl Classifier {
             }
             return out;
         }
+        if let Some(out) = repeated_output(&tail, &tail_text) {
+            return out;
+        }
         let failed = evidence
             .exit
             .is_some_and(|exit| exit.signal.is_some() || exit.code.is_some_and(|c| c != 0));
@@ -410,6 +415,33 @@ fn signal_name(signal: i32) -> &'static str {
         SIGSEGV => "SIGSEGV",
         _ => "signal",
     }
+}
+
+/// The rule id a degenerate generation is reported under (it has no pattern: see
+/// `repetition.rs`).
+const REPEATED_OUTPUT: &str = "repeated-output";
+
+/// No line names a failure, but one of the last lines repeats a phrase over and over: the
+/// generation degenerated (a weak line of its own: it decides only where nothing else does).
+fn repeated_output(tail: &Excerpt, text: &[String]) -> Option<Classification> {
+    let (index, phrase) = text
+        .iter()
+        .enumerate()
+        .find_map(|(i, line)| repeated_phrase(line).map(|phrase| (i, phrase)))?;
+    let line = tail.start + index as u64;
+    let mut out = from_tail(tail);
+    out.signature = Signature::WrongOutput;
+    out.fingerprint = Some(fingerprint(&format!("repeats {:?}", phrase.trim())));
+    out.line = Some(line);
+    out.rule = Some(REPEATED_OUTPUT.to_owned());
+    out.decided_by = Some(DecidedBy::WeakLine);
+    out.explanation = Some(format!(
+        "the output repeats one phrase over and over ({:?}) and the log names no error: a degenerate generation",
+        phrase.trim()
+    ));
+    out.hint = Some("compare with a reference run of the same prompt; a kernel or quantization that corrupts the logits (dtype, scale, a wrong arch path) is the usual cause".to_owned());
+    out.evidence = vec![Clue::new(ClueKind::Rule, REPEATED_OUTPUT, Some(line))];
+    Some(out)
 }
 
 /// No line names the cause: show the end of the log.
