@@ -623,6 +623,36 @@ mod tests {
         assert_eq!(log("Killed\n").signature, Signature::Oom);
     }
 
+    /// A generation that loops names the failure only where no line does, and says which line.
+    #[test]
+    fn a_looping_generation_is_wrong_output_when_nothing_else_failed() {
+        let looping = format!(
+            "INFO 01-01 00:00:00 [llm.py:1] Processed prompts: 100%\nGenerated text: '{}'\n",
+            "France is ".repeat(12)
+        );
+        let c = log(&looping);
+        assert_eq!(c.signature, Signature::WrongOutput);
+        assert_eq!(c.rule.as_deref(), Some(REPEATED_OUTPUT));
+        assert_eq!(c.line, Some(2));
+        assert_eq!(c.decided_by, Some(DecidedBy::WeakLine));
+        assert!(c.evidence.iter().any(|clue| clue.kind == "rule"
+            && clue.value == REPEATED_OUTPUT
+            && clue.line == Some(2)));
+        // Any line that names a failure decides instead, a generic exception included.
+        let crashed = format!(
+            "{looping}RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        );
+        assert_eq!(log(&crashed).signature, Signature::IllegalAddress);
+        let raised = format!("{looping}ValueError: bad config value\n");
+        assert_eq!(
+            (log(&raised).signature, log(&raised).line),
+            (Signature::Unknown, Some(3))
+        );
+        // A loop far above the last lines is not looked for.
+        let early = format!("{looping}{}", "INFO ok\n".repeat(20));
+        assert_eq!(log(&early).signature, Signature::Unknown);
+    }
+
     /// An exception, then the engine's own SIGKILL of its tree (SGLang's `kill_process_tree`)
     /// and the shell's `Killed`, exit 137: not the OOM killer. Recorded on an H100
     /// (tests/fixtures/corpus/gpu/h100-sglang-self-kill.log).
