@@ -537,7 +537,13 @@ arch = "sm_86"
         "cwd is the matrix file's folder"
     );
     let cache = scene.path("cache").display().to_string();
-    for key in ["FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR"] {
+    for key in [
+        "FLASHINFER_WORKSPACE_BASE",
+        "TRITON_CACHE_DIR",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "VLLM_CACHE_ROOT",
+        "CUDA_CACHE_PATH",
+    ] {
         assert!(
             env[key].starts_with(&cache),
             "{key}={} is not under {cache}",

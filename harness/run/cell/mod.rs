@@ -459,7 +459,7 @@ async fn run_phases(
     let (shared, cell) = (cx.shared, cx.cell);
     introduce(cx, gpus);
     let jit = env::jit_dir(shared, cell, gpus, cx.attempt);
-    facts.metrics.jit_cache_hit = Some(env::dir_has_entries(&jit));
+    let files_before = env::cache_files(&jit);
     if let Err(err) = std::fs::create_dir_all(&jit) {
         cx.note(&format!(
             "cannot create the JIT cache folder {}: {err}",
@@ -468,6 +468,9 @@ async fn run_phases(
     }
     let reported = collect_reported_metrics(&cx.log);
     let ran = launch(cx, facts, gpus, &jit).await;
+    // A hit: the cache had files, and the cell added none (it compiled nothing). A cell that
+    // shares the folder with one compiling at the same time counts as a miss too.
+    facts.metrics.jit_cache_hit = Some(files_before > 0 && env::cache_files(&jit) == files_before);
     // What the cell reported itself fills what the harness could not measure.
     if let Ok(reported) = reported.lock() {
         fill_metrics(&mut facts.metrics, &reported);
