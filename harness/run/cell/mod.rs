@@ -213,6 +213,10 @@ struct Tries {
     first_failure: Option<(Classification, String)>,
 }
 
+/// How often an attempt is launched again after a fault a fresh launch avoids (a rule with
+/// `relaunch`, e.g. a port another process took before the server bound it).
+const RELAUNCHES: u32 = 2;
+
 /// Attempts the cell until it passes or its failure is not retried; `None` when interrupted.
 async fn run_tries(
     shared: &Shared,
@@ -223,14 +227,25 @@ async fn run_tries(
     let mut failures = 0u32;
     let mut first_failure = None;
     let mut count = 0u32;
+    let mut relaunches = 0u32;
     loop {
         count += 1;
         let attempt = run_attempt(shared, cell, gpus, count, cancel.clone()).await?;
+        // A fault a fresh launch avoids says nothing about the cell: run it again at once,
+        // outside the matrix's `[retry]`, and never count it as a failure (no `flaky`).
+        let relaunch = attempt
+            .failure
+            .as_ref()
+            .is_some_and(|f| f.classification.relaunch);
+        if relaunch && relaunches < RELAUNCHES {
+            relaunches += 1;
+            continue;
+        }
         let retry = attempt.failure.as_ref().is_some_and(|f| {
             shared
                 .plan
                 .retry
-                .should_retry(count, f.classification.signature)
+                .should_retry(count - relaunches, f.classification.signature)
         });
         if !retry {
             return Some(Tries {
