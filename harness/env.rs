@@ -78,6 +78,13 @@ impl EnvVars {
     pub const TRITON_CACHE_DIR: &'static str = "TRITON_CACHE_DIR";
     /// TorchInductor's cache, inside the cell's JIT cache folder.
     pub const TORCHINDUCTOR_CACHE_DIR: &'static str = "TORCHINDUCTOR_CACHE_DIR";
+    /// vLLM's cache (its torch.compile artifacts, FlashInfer autotune configs), inside the cell's
+    /// JIT cache folder: left at `~/.cache/vllm`, one cell's compiles would warm another's.
+    pub const VLLM_CACHE_ROOT: &'static str = "VLLM_CACHE_ROOT";
+    /// The CUDA driver's cache of PTX JIT-compiled to this GPU's SASS, inside the cell's JIT
+    /// cache folder: kernels built for another arch are then compiled per cache, as they are
+    /// on a fresh runner.
+    pub const CUDA_CACHE_PATH: &'static str = "CUDA_CACHE_PATH";
 
     // Arch-list variables: part of the JIT cache key, from the matrix's `[env]` or the harness's.
 
@@ -151,6 +158,8 @@ impl EnvVars {
         Self::FLASHINFER_WORKSPACE_BASE,
         Self::TRITON_CACHE_DIR,
         Self::TORCHINDUCTOR_CACHE_DIR,
+        Self::VLLM_CACHE_ROOT,
+        Self::CUDA_CACHE_PATH,
     ];
 }
 

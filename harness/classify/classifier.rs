@@ -67,6 +67,10 @@ pub struct Classification {
     pub excerpt: Option<String>,
     /// Infrastructure fault (runner, network, disk, hardware): never a regression.
     pub spurious: bool,
+    /// A spurious fault a fresh launch avoids (a port taken before the server bound it): the
+    /// harness runs the attempt again at once.
+    #[serde(skip)]
+    pub relaunch: bool,
     /// What the failure means.
     pub explanation: Option<String>,
     /// What to try.
@@ -91,6 +95,7 @@ impl Classification {
             line: None,
             excerpt: None,
             spurious: false,
+            relaunch: false,
             explanation: None,
             hint: None,
             rule: None,
@@ -340,6 +345,7 @@ impl Classifier {
             line: Some(hit.line),
             excerpt: Some(excerpt_text(&hit.excerpt)),
             spurious: rule.spurious,
+            relaunch: rule.spurious && rule.relaunch,
             explanation: rule.explanation.clone(),
             hint: rule.hint.clone(),
             rule: Some(rule.id.clone()),

@@ -65,6 +65,8 @@ pub(crate) struct RuleSpec {
     #[serde(default)]
     pub(crate) spurious: bool,
     #[serde(default)]
+    pub(crate) relaunch: bool,
+    #[serde(default)]
     pub(crate) tag: Option<String>,
     #[serde(default)]
     pub(crate) spurious_if: Option<String>,
@@ -104,6 +106,8 @@ pub(crate) struct Rule {
     pub(crate) any_level: bool,
     pub(crate) wrapper: bool,
     pub(crate) spurious: bool,
+    /// A spurious fault a fresh launch avoids: the attempt is run again at once.
+    pub(crate) relaunch: bool,
     pub(crate) tag: Option<String>,
     pub(crate) spurious_if: Option<String>,
     pub(crate) min_count: u32,
@@ -191,6 +195,7 @@ impl Table {
                 any_level: true,
                 wrapper: false,
                 spurious: r.spurious,
+                relaunch: false,
                 tag: None,
                 spurious_if: None,
                 min_count: 1,
@@ -221,6 +226,7 @@ impl Table {
                 any_level: spec.any_level,
                 wrapper: spec.wrapper,
                 spurious: spec.spurious,
+                relaunch: spec.relaunch,
                 tag: spec.tag.clone(),
                 spurious_if: spec.spurious_if.clone(),
                 min_count: spec.min_count.max(1),
@@ -454,6 +460,11 @@ mod tests {
                     rule.id
                 );
             }
+            assert!(
+                !rule.relaunch || rule.spurious,
+                "{}: only an infrastructure fault is relaunched",
+                rule.id
+            );
             if rule.kind == Kind::Context {
                 assert!(
                     rule.tag.is_some(),

@@ -537,7 +537,13 @@ arch = "sm_86"
         "cwd is the matrix file's folder"
     );
     let cache = scene.path("cache").display().to_string();
-    for key in ["FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR"] {
+    for key in [
+        "FLASHINFER_WORKSPACE_BASE",
+        "TRITON_CACHE_DIR",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "VLLM_CACHE_ROOT",
+        "CUDA_CACHE_PATH",
+    ] {
         assert!(
             env[key].starts_with(&cache),
             "{key}={} is not under {cache}",
@@ -767,6 +773,40 @@ timeout = "30s"
         more: |ran| {
             assert!(f64_of(&ran.record["metrics"]["time_to_ready_s"]) >= 0.3);
             ran.scene.assert_nothing_left("pids.txt", 4);
+        },
+    },
+    Case {
+        // Another process binds the leased port before the server does (as an engine's own
+        // internal ports can): the server dies on "address already in use", an infrastructure
+        // fault a new launch avoids. The harness launches again on a new port at once, and the
+        // cell passes: not flaky, and the first attempt's log is kept.
+        name: "a_port_taken_before_the_server_binds_it_is_relaunched",
+        matrix: r#"
+[matrix]
+engine = ["fake"]
+[server]
+command = """if [ "$GPUCOMPAT_ATTEMPT" = 1 ]; then
+  $PYTHON -c 'import socket, sys, time; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); open("taken", "w").close(); time.sleep(60)' {port} &
+  while [ ! -e taken ]; do sleep 0.05; done
+fi
+exec @SERVER@ ok --port {port}"""
+expect = "(?i)paris"
+no-progress = "5s"
+timeout = "30s"
+"#,
+        env: &[],
+        exit: 0,
+        status: "pass",
+        signature: None,
+        phase: "teardown",
+        log_has: &[],
+        more: |ran| {
+            assert_eq!(ran.record["attempts"], 2, "{:#?}", ran.record);
+            assert_eq!(ran.record["log"], "logs/fake.attempt2.log");
+            let first = ran.scene.path("out/logs/fake.log");
+            let first =
+                std::fs::read_to_string(&first).unwrap_or_else(|e| panic!("{first:?}: {e}"));
+            assert!(first.contains("Address already in use"), "{first}");
         },
     },
     Case {

@@ -344,3 +344,64 @@ cache = "{cache}"
     assert_eq!(rerun.status.code(), Some(0));
     assert_ne!(folder("0.6.8.post1-sm_90-1"), native);
 }
+
+/// A warm cache is one the cell compiled nothing into: a cell that finds kernels in its JIT cache
+/// but builds a new one (another shape, another kernel) is a miss, its start a (partly) cold one.
+#[test]
+fn a_cell_that_compiles_into_a_filled_cache_is_a_miss() {
+    let sandbox = Sandbox::new();
+    let inventory = sandbox.file("inventory.toml", INVENTORY);
+    let matrix = sandbox.file(
+        "m.toml",
+        r#"
+[matrix]
+step = ["build-a", "build-b", "load-a-b", "load-a"]
+[resources]
+gpus = "sm_90"
+[job]
+command = """
+mkdir -p "$TRITON_CACHE_DIR"
+case "$GPUCOMPAT_STEP" in
+  build-a) echo a > "$TRITON_CACHE_DIR/a.cubin" ;;
+  build-b) echo b > "$TRITON_CACHE_DIR/b.cubin" ;;
+  load-*) cat "$TRITON_CACHE_DIR/a.cubin" ;;
+esac
+"""
+"#,
+    );
+    let out = sandbox.path().join("run");
+    let run = gpucompat()
+        .args(["run", "--grace", "1s", "--jobs", "1", "--inventory"])
+        .arg(&inventory)
+        .arg("--out")
+        .arg(&out)
+        .arg("--cache-dir")
+        .arg(sandbox.path().join("cache"))
+        .arg(&matrix)
+        .output()
+        .expect("run");
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let hits: HashMap<String, Option<bool>> = std::fs::read_to_string(out.join("results.jsonl"))
+        .expect("results")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("record"))
+        .map(|r| {
+            let hit = r["metrics"]["jit_cache_hit"].as_bool();
+            (r["id"].as_str().expect("id").to_owned(), hit)
+        })
+        .collect();
+    // One GPU and `--jobs 1`: the cells run in matrix order, sharing one cache.
+    assert_eq!(hits["build-a"], Some(false), "an empty cache: {hits:?}");
+    assert_eq!(
+        hits["build-b"],
+        Some(false),
+        "a filled cache, a new kernel: {hits:?}"
+    );
+    assert_eq!(hits["load-a-b"], Some(true), "{hits:?}");
+    assert_eq!(hits["load-a"], Some(true), "{hits:?}");
+}

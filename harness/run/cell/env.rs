@@ -50,6 +50,8 @@ pub(super) fn cell_env(
     ));
     env.push((EnvVars::TRITON_CACHE_DIR.to_owned(), jit("triton")));
     env.push((EnvVars::TORCHINDUCTOR_CACHE_DIR.to_owned(), jit("inductor")));
+    env.push((EnvVars::VLLM_CACHE_ROOT.to_owned(), jit("vllm")));
+    env.push((EnvVars::CUDA_CACHE_PATH.to_owned(), jit("cuda")));
     env.extend(venv.iter().cloned());
     // The matrix file's `[env]` comes last: it may override anything above on purpose.
     env.extend(cell.env.iter().cloned());
@@ -178,6 +180,28 @@ fn venv_vars(env: &Provisioned) -> Vec<(String, String)> {
     ]
 }
 
-pub(super) fn dir_has_entries(path: &Path) -> bool {
-    std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_some())
+/// How many files a JIT cache folder holds (links not followed; a missing folder holds none).
+/// Counted before and after a cell: a cell that added files compiled something, so its cache
+/// was not (wholly) warm. Stops counting at [`CACHE_COUNT_LIMIT`], which no real cache reaches.
+pub(super) fn cache_files(path: &Path) -> u64 {
+    let mut count = 0u64;
+    let mut folders = vec![path.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => folders.push(entry.path()),
+                Ok(t) if t.is_file() => count += 1,
+                _ => {}
+            }
+            if count >= CACHE_COUNT_LIMIT {
+                return count;
+            }
+        }
+    }
+    count
 }
+
+const CACHE_COUNT_LIMIT: u64 = 10_000_000;

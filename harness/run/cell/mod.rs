@@ -213,6 +213,10 @@ struct Tries {
     first_failure: Option<(Classification, String)>,
 }
 
+/// How often an attempt is launched again after a fault a fresh launch avoids (a rule with
+/// `relaunch`, e.g. a port another process took before the server bound it).
+const RELAUNCHES: u32 = 2;
+
 /// Attempts the cell until it passes or its failure is not retried; `None` when interrupted.
 async fn run_tries(
     shared: &Shared,
@@ -223,14 +227,25 @@ async fn run_tries(
     let mut failures = 0u32;
     let mut first_failure = None;
     let mut count = 0u32;
+    let mut relaunches = 0u32;
     loop {
         count += 1;
         let attempt = run_attempt(shared, cell, gpus, count, cancel.clone()).await?;
+        // A fault a fresh launch avoids says nothing about the cell: run it again at once,
+        // outside the matrix's `[retry]`, and never count it as a failure (no `flaky`).
+        let relaunch = attempt
+            .failure
+            .as_ref()
+            .is_some_and(|f| f.classification.relaunch);
+        if relaunch && relaunches < RELAUNCHES {
+            relaunches += 1;
+            continue;
+        }
         let retry = attempt.failure.as_ref().is_some_and(|f| {
             shared
                 .plan
                 .retry
-                .should_retry(count, f.classification.signature)
+                .should_retry(count - relaunches, f.classification.signature)
         });
         if !retry {
             return Some(Tries {
@@ -459,7 +474,7 @@ async fn run_phases(
     let (shared, cell) = (cx.shared, cx.cell);
     introduce(cx, gpus);
     let jit = env::jit_dir(shared, cell, gpus, cx.attempt);
-    facts.metrics.jit_cache_hit = Some(env::dir_has_entries(&jit));
+    let files_before = env::cache_files(&jit);
     if let Err(err) = std::fs::create_dir_all(&jit) {
         cx.note(&format!(
             "cannot create the JIT cache folder {}: {err}",
@@ -468,6 +483,9 @@ async fn run_phases(
     }
     let reported = collect_reported_metrics(&cx.log);
     let ran = launch(cx, facts, gpus, &jit).await;
+    // A hit: the cache had files, and the cell added none (it compiled nothing). A cell that
+    // shares the folder with one compiling at the same time counts as a miss too.
+    facts.metrics.jit_cache_hit = Some(files_before > 0 && env::cache_files(&jit) == files_before);
     // What the cell reported itself fills what the harness could not measure.
     if let Ok(reported) = reported.lock() {
         fill_metrics(&mut facts.metrics, &reported);
