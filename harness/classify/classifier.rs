@@ -15,6 +15,7 @@
 
 use super::explain::{self, Clue, ClueKind, DecidedBy};
 use super::fingerprint::fingerprint;
+use super::repetition::repeated_phrase;
 use super::rules::Table;
 use super::scan::{self, Excerpt, Findings, Hit};
 use crate::matrix::UserRule;
@@ -204,6 +205,7 @@ impl Classifier {
             weak_by_signature,
             hangs,
             tail,
+            tail_text,
         } = found;
         if let Some(hit) = strong {
             let mut out = self.name_hit(hit, DecidedBy::FatalLine);
@@ -320,6 +322,9 @@ impl Classifier {
             }
             return out;
         }
+        if let Some(out) = repeated_output(&tail, &tail_text) {
+            return out;
+        }
         let failed = evidence
             .exit
             .is_some_and(|exit| exit.signal.is_some() || exit.code.is_some_and(|c| c != 0));
@@ -416,6 +421,33 @@ fn signal_name(signal: i32) -> &'static str {
         SIGSEGV => "SIGSEGV",
         _ => "signal",
     }
+}
+
+/// The rule id a degenerate generation is reported under (it has no pattern: see
+/// `repetition.rs`).
+const REPEATED_OUTPUT: &str = "repeated-output";
+
+/// No line names a failure, but one of the last lines repeats a phrase over and over: the
+/// generation degenerated (a weak line of its own: it decides only where nothing else does).
+fn repeated_output(tail: &Excerpt, text: &[String]) -> Option<Classification> {
+    let (index, phrase) = text
+        .iter()
+        .enumerate()
+        .find_map(|(i, line)| repeated_phrase(line).map(|phrase| (i, phrase)))?;
+    let line = tail.start + index as u64;
+    let mut out = from_tail(tail);
+    out.signature = Signature::WrongOutput;
+    out.fingerprint = Some(fingerprint(&format!("repeats {:?}", phrase.trim())));
+    out.line = Some(line);
+    out.rule = Some(REPEATED_OUTPUT.to_owned());
+    out.decided_by = Some(DecidedBy::WeakLine);
+    out.explanation = Some(format!(
+        "the output repeats one phrase over and over ({:?}) and the log names no error: a degenerate generation",
+        phrase.trim()
+    ));
+    out.hint = Some("compare with a reference run of the same prompt; a kernel or quantization that corrupts the logits (dtype, scale, a wrong arch path) is the usual cause".to_owned());
+    out.evidence = vec![Clue::new(ClueKind::Rule, REPEATED_OUTPUT, Some(line))];
+    Some(out)
 }
 
 /// No line names the cause: show the end of the log.
@@ -595,6 +627,36 @@ mod tests {
         let c = log("ValueError: bad config value\nKilled\n");
         assert_eq!((c.signature, c.line), (Signature::Unknown, Some(1)));
         assert_eq!(log("Killed\n").signature, Signature::Oom);
+    }
+
+    /// A generation that loops names the failure only where no line does, and says which line.
+    #[test]
+    fn a_looping_generation_is_wrong_output_when_nothing_else_failed() {
+        let looping = format!(
+            "INFO 01-01 00:00:00 [llm.py:1] Processed prompts: 100%\nGenerated text: '{}'\n",
+            "France is ".repeat(12)
+        );
+        let c = log(&looping);
+        assert_eq!(c.signature, Signature::WrongOutput);
+        assert_eq!(c.rule.as_deref(), Some(REPEATED_OUTPUT));
+        assert_eq!(c.line, Some(2));
+        assert_eq!(c.decided_by, Some(DecidedBy::WeakLine));
+        assert!(c.evidence.iter().any(|clue| clue.kind == "rule"
+            && clue.value == REPEATED_OUTPUT
+            && clue.line == Some(2)));
+        // Any line that names a failure decides instead, a generic exception included.
+        let crashed = format!(
+            "{looping}RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        );
+        assert_eq!(log(&crashed).signature, Signature::IllegalAddress);
+        let raised = format!("{looping}ValueError: bad config value\n");
+        assert_eq!(
+            (log(&raised).signature, log(&raised).line),
+            (Signature::Unknown, Some(3))
+        );
+        // A loop far above the last lines is not looked for.
+        let early = format!("{looping}{}", "INFO ok\n".repeat(20));
+        assert_eq!(log(&early).signature, Signature::Unknown);
     }
 
     /// An exception, then the engine's own SIGKILL of its tree (SGLang's `kill_process_tree`)

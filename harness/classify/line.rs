@@ -368,7 +368,7 @@ pub(crate) fn strip_ansi(text: &str) -> Cow<'_, str> {
 
 /// Lossy UTF-8 without the line ending, the last carriage-return redraw only (progress bars),
 /// ANSI escapes and their residue removed, other control characters turned into spaces.
-fn visible(raw: &[u8]) -> String {
+pub(crate) fn visible(raw: &[u8]) -> String {
     let decoded = String::from_utf8_lossy(raw);
     let mut line = decoded.trim_end_matches(['\n', '\r']);
     if let Some(last) = line.rsplit('\r').find(|segment| !segment.trim().is_empty()) {

@@ -19,12 +19,14 @@
 //!
 //! Module layout: `classifier` (public types, choosing the root cause), `scan` (the streaming
 //! pass), `line` (prefix stripping), `rules` (the table), `explain` (the evidence behind a
-//! verdict), `fingerprint`.
+//! verdict), `fingerprint`, `repetition` (a generation that loops, looked for in the log's last
+//! lines when nothing else names a failure).
 
 mod classifier;
 mod explain;
 mod fingerprint;
 mod line;
+mod repetition;
 mod rules;
 mod scan;
 

@@ -28,6 +28,9 @@ const BEFORE: usize = 3;
 const AFTER: usize = 5;
 /// Lines kept from the end of the log (for verdicts that name no line).
 const TAIL: usize = 8;
+/// Of each of those last lines, at most this many bytes are kept as written, for what the
+/// process printed last (a generation that repeats itself past the excerpt's cut).
+const TAIL_TEXT: usize = 4096;
 /// When the first fatal line's rule is a wrapper ("NCCL error ... unhandled cuda error", Triton's
 /// CompilationError), a later fatal line at most this many lines further replaces it if its rule
 /// has a higher precedence: the specific cause the wrapper announces ("Last error: ... illegal
@@ -83,6 +86,8 @@ pub(crate) struct Findings {
     pub(crate) hangs: Vec<HangSeen>,
     /// The last lines of the log.
     pub(crate) tail: Excerpt,
+    /// The same lines, uncut up to [`TAIL_TEXT`] bytes each (ANSI colour and controls removed).
+    pub(crate) tail_text: Vec<String>,
 }
 
 /// Streams `reader` once through `table`.
@@ -461,8 +466,8 @@ struct Sequencer<'t> {
     dense: usize,
     /// Last line seen of each context tag, and the rule that saw it.
     context: Vec<(String, u64, usize)>,
-    /// The last lines before the current block, displayed.
-    recent: VecDeque<String>,
+    /// The last lines before the current block, displayed and as written.
+    recent: VecDeque<(String, String)>,
 }
 
 impl<'t> Sequencer<'t> {
@@ -670,7 +675,13 @@ impl<'t> Sequencer<'t> {
             end = line_start;
         }
         let missing = BEFORE - lines.len();
-        lines.extend(self.recent.iter().rev().take(missing).cloned());
+        lines.extend(
+            self.recent
+                .iter()
+                .rev()
+                .take(missing)
+                .map(|(shown, _)| shown.clone()),
+        );
         lines.reverse();
         lines
     }
@@ -682,7 +693,11 @@ impl<'t> Sequencer<'t> {
         while tail.len() < TAIL && end > 0 {
             let line_end = end - 1;
             let line_start = memchr::memrchr(b'\n', &block[..line_end]).map_or(0, |i| i + 1);
-            tail.push(line::display(&block[line_start..line_end]));
+            let raw = &block[line_start..line_end];
+            tail.push((
+                line::display(raw),
+                line::visible(&raw[..raw.len().min(TAIL_TEXT)]),
+            ));
             end = line_start;
         }
         for shown in tail.into_iter().rev() {
@@ -694,7 +709,8 @@ impl<'t> Sequencer<'t> {
     }
 
     fn finish(mut self) -> Findings {
-        let lines: Vec<String> = self.recent.into_iter().collect();
+        let (lines, text): (Vec<String>, Vec<String>) = self.recent.into_iter().unzip();
+        self.found.tail_text = text;
         self.found.tail = Excerpt {
             start: (self.line + 1).saturating_sub(lines.len() as u64),
             lines,

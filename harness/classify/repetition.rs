@@ -1,0 +1,90 @@
+//! A degenerate generation at the end of a log: one short phrase, printed over and over on one
+//! line ("France is France is France is ...", a reserved special token fifty times, a sentence
+//! that never ends). Looked for only in the last lines the scan keeps, and only where no line of
+//! the log names a failure: a fixed amount of work per log, none per line.
+
+/// Copies of the phrase, back to back, that make a line degenerate.
+const MIN_COPIES: usize = 6;
+/// The repeated stretch is at least this many characters: a stutter ("hahaha") is not a loop.
+const MIN_SPAN: usize = 48;
+/// Longest phrase looked for, in characters (a sentence that repeats).
+const MAX_UNIT: usize = 128;
+
+/// The phrase `line` repeats at least [`MIN_COPIES`] times in a row, if any. A phrase must hold
+/// two different letters and a separator (a space or punctuation): runs of one character,
+/// separator rules (`=====`), progress bars, hex and base64 dumps are no generation.
+pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
+    let chars: Vec<char> = line.chars().collect();
+    let longest = MAX_UNIT.min(chars.len() / MIN_COPIES);
+    (2..=longest).find_map(|period| repeating_unit(&chars, period))
+}
+
+/// The first unit of length `period` repeated into a long enough stretch.
+fn repeating_unit(chars: &[char], period: usize) -> Option<String> {
+    // `run` counts positions in a row whose character equals the one `period` further: a run
+    // of r such positions is a stretch of r + period characters with that period.
+    let mut run = 0;
+    for i in 0..chars.len().saturating_sub(period) {
+        if chars[i] != chars[i + period] {
+            run = 0;
+            continue;
+        }
+        run += 1;
+        let span = run + period;
+        if span >= period * MIN_COPIES && span >= MIN_SPAN {
+            let start = i + 1 - run;
+            let unit = &chars[start..start + period];
+            if is_phrase(unit) {
+                return Some(unit.iter().collect());
+            }
+        }
+    }
+    None
+}
+
+/// Words, not a pattern: two different letters and a separator.
+fn is_phrase(unit: &[char]) -> bool {
+    let mut letters = unit.iter().filter(|c| c.is_alphabetic());
+    let two_letters = letters
+        .next()
+        .is_some_and(|first| letters.any(|c| c != first));
+    two_letters && unit.iter().any(|c| !c.is_alphanumeric())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::repeated_phrase;
+
+    #[test]
+    fn a_phrase_said_over_and_over_is_found() {
+        // The phrase is found from where the loop starts: here " France is", a rotation.
+        let line = format!("# {}...", "France is ".repeat(9));
+        assert_eq!(repeated_phrase(&line).as_deref(), Some(" France is"));
+        let token = "<|reserved_special_token_247|>".repeat(10);
+        assert_eq!(
+            repeated_phrase(&token).as_deref(),
+            Some("<|reserved_special_token_247|>")
+        );
+        let sentence = format!(
+            "Generated text: ' David and I am a student. {}",
+            "I am looking for someone who is not afraid to be themselves. ".repeat(7)
+        );
+        assert!(repeated_phrase(&sentence).is_some_and(|unit| unit.contains("looking for")));
+    }
+
+    #[test]
+    fn logs_that_only_look_regular_are_not_loops() {
+        for line in [
+            "=".repeat(120),
+            "█".repeat(80),
+            "ha".repeat(30),
+            "0x0 ".repeat(20),
+            "QUFB".repeat(30),
+            "ab ".repeat(5),
+            "INFO 05-28 14:44:28 [loggers.py:116] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs".to_owned(),
+            "  File \"/usr/lib/python3.10/threading.py\", line 953 in run".to_owned(),
+        ] {
+            assert_eq!(repeated_phrase(&line), None, "{line}");
+        }
+    }
+}
