@@ -810,6 +810,33 @@ timeout = "30s"
         },
     },
     Case {
+        // The port is taken before every launch: after two relaunches the cell is an
+        // infrastructure error whose reason says which fault it was, never a verdict.
+        name: "a_port_taken_at_every_launch_is_an_error_that_says_which_fault",
+        matrix: r#"
+[matrix]
+engine = ["fake"]
+[server]
+command = """$PYTHON -c 'import socket, sys, time; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); open(sys.argv[2], "w").close(); time.sleep(60)' {port} taken-$GPUCOMPAT_ATTEMPT &
+while [ ! -e taken-$GPUCOMPAT_ATTEMPT ]; do sleep 0.05; done
+exec @SERVER@ ok --port {port}"""
+no-progress = "5s"
+timeout = "30s"
+"#,
+        env: &[],
+        exit: 1,
+        status: "error",
+        signature: Some("unknown"),
+        phase: "ready",
+        log_has: &["Address already in use"],
+        more: |ran| {
+            assert_eq!(ran.record["attempts"], 3, "{:#?}", ran.record);
+            assert_eq!(ran.record["spurious"], true, "{:#?}", ran.record);
+            let reason = str_of(&ran.record, "reason");
+            assert!(reason.contains("held by another process"), "{reason}");
+        },
+    },
+    Case {
         // A server that prints nothing: ready after 2.5 s of silence, then 2.5 s of silence
         // before it answers. Neither phase is idle for the 4 s window; only the two together
         // would be. The server turning ready is progress the harness saw itself.

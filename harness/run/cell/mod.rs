@@ -332,10 +332,17 @@ fn verdict(
         },
     };
     let (status, reason) = outcome::decide(last_attempt, failures, cell.expectation.as_ref());
-    let detail = last
-        .as_ref()
-        .and_then(|f| f.trouble.detail())
-        .map(str::to_owned);
+    // An infrastructure fault's reason says which fault it was (the rule's explanation): "says
+    // nothing about the cell" alone leaves the reader to open the log to learn what to fix.
+    let detail = last.as_ref().and_then(|f| {
+        let fault = (status == Status::Error)
+            .then(|| f.classification.explanation.clone())
+            .flatten();
+        match (fault, f.trouble.detail()) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or_else(|| b.map(str::to_owned)),
+        }
+    });
     let reason = match (reason, detail) {
         (Some(a), Some(b)) => Some(format!("{a}; {b}")),
         (a, b) => a.or(b),
