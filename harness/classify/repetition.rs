@@ -14,6 +14,11 @@ const MAX_UNIT: usize = 128;
 /// two different letters and a separator (a space or punctuation): runs of one character,
 /// separator rules (`=====`), progress bars, hex and base64 dumps are no generation.
 pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
+    // A printed collection (`[True, True, ...]`, a tuple of GPU names, a dict) repeats by
+    // nature: data, not a generation.
+    if line.trim_start().starts_with(['[', '(', '{']) {
+        return None;
+    }
     let chars: Vec<char> = line.chars().collect();
     let longest = MAX_UNIT.min(chars.len() / MIN_COPIES);
     (2..=longest).find_map(|period| repeating_unit(&chars, period))
@@ -75,6 +80,8 @@ mod tests {
     #[test]
     fn logs_that_only_look_regular_are_not_loops() {
         for line in [
+            format!("[{}]", "True, ".repeat(20)),
+            format!("({})", "'NVIDIA H100 80GB HBM3', ".repeat(8)),
             "=".repeat(120),
             "█".repeat(80),
             "ha".repeat(30),

@@ -2,7 +2,7 @@
 //! Slurm for the same node shape (features, GPU count, time limit), since every task of one
 //! array gets the same resources.
 
-use crate::matrix::{Cell, Plan, SlurmSettings, gpus};
+use crate::matrix::{Cell, Engine, Plan, SlurmSettings, gpus};
 use std::time::Duration;
 
 /// Added to a task's cells' timeouts when the matrix names no `time-margin`: installing an
@@ -65,7 +65,8 @@ impl Shape {
     }
 
     /// A task's time limit: the matrix's fixed `time-limit`, else every attempt of every cell
-    /// at its timeout plus the margin, in whole minutes (at least one).
+    /// at its timeout (a server's relaunches included) plus the margin, in whole minutes (at
+    /// least one).
     pub fn minutes(&self, plan: &Plan, cells: &[usize]) -> u64 {
         let total = match self.settings.time_limit {
             Some(limit) => limit,
@@ -73,7 +74,15 @@ impl Shape {
                 let attempts = plan.retry.count.saturating_add(1);
                 let cells: Duration = cells
                     .iter()
-                    .map(|&i| plan.cells[i].timeout.saturating_mul(attempts))
+                    .map(|&i| {
+                        let cell = &plan.cells[i];
+                        let relaunches = match cell.engine {
+                            Engine::Server(_) => crate::run::cell::RELAUNCHES,
+                            Engine::Job { .. } => 0,
+                        };
+                        cell.timeout
+                            .saturating_mul(attempts.saturating_add(relaunches))
+                    })
                     .fold(Duration::ZERO, Duration::saturating_add);
                 cells.saturating_add(self.settings.time_margin.unwrap_or(DEFAULT_TIME_MARGIN))
             }
@@ -193,6 +202,18 @@ count = 1
         ] {
             assert!(err.contains(needle), "{needle}: {err}");
         }
+    }
+
+    #[test]
+    fn a_servers_time_limit_covers_its_relaunches() {
+        let plan = plan(
+            "[matrix]\nn = [1]\n[server]\ncommand = \"serve --port {port}\"\ntimeout = \"90s\"\n[slurm]\ntime-margin = \"30s\"\n",
+        );
+        let shape = Shape {
+            settings: plan.slurm.clone(),
+        };
+        // One attempt and two relaunches of 90 s, then the margin: 300 s.
+        assert_eq!(shape.minutes(&plan, &[0]), 5);
     }
 
     #[test]

@@ -787,7 +787,7 @@ engine = ["fake"]
 [server]
 command = """if [ "$GPUCOMPAT_ATTEMPT" = 1 ]; then
   $PYTHON -c 'import socket, sys, time; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); open("taken", "w").close(); time.sleep(60)' {port} &
-  while [ ! -e taken ]; do sleep 0.05; done
+  for _ in $(seq 200); do [ -e taken ] && break; sleep 0.05; done
 fi
 exec @SERVER@ ok --port {port}"""
 expect = "(?i)paris"
@@ -818,7 +818,7 @@ timeout = "30s"
 engine = ["fake"]
 [server]
 command = """$PYTHON -c 'import socket, sys, time; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); open(sys.argv[2], "w").close(); time.sleep(60)' {port} taken-$GPUCOMPAT_ATTEMPT &
-while [ ! -e taken-$GPUCOMPAT_ATTEMPT ]; do sleep 0.05; done
+for _ in $(seq 200); do [ -e taken-$GPUCOMPAT_ATTEMPT ] && break; sleep 0.05; done
 exec @SERVER@ ok --port {port}"""
 no-progress = "5s"
 timeout = "30s"
@@ -834,6 +834,32 @@ timeout = "30s"
             assert_eq!(ran.record["spurious"], true, "{:#?}", ran.record);
             let reason = str_of(&ran.record, "reason");
             assert!(reason.contains("held by another process"), "{reason}");
+        },
+    },
+    Case {
+        // An engine that says a port was taken and moved on, then answers wrong: the answer is
+        // the verdict. Neither the line nor the failed answer launches it again.
+        name: "a_port_line_before_a_wrong_answer_is_no_relaunch",
+        matrix: r#"
+[matrix]
+engine = ["fake"]
+[server]
+command = """echo "[2026-11-26 01:34:48] Port 30042 is already in use, trying port 30043"
+echo "[2026-11-26 01:34:49] port 30043 is in use. Waiting for 2 seconds for it to be available"
+exec @SERVER@ wrong --port {port}"""
+expect = "(?i)paris"
+no-progress = "5s"
+timeout = "30s"
+"#,
+        env: &[],
+        exit: 1,
+        status: "fail",
+        signature: Some("wrong_output"),
+        phase: "validate",
+        log_has: &["trying port"],
+        more: |ran| {
+            assert_eq!(ran.record["attempts"], 1, "{:#?}", ran.record);
+            assert_eq!(ran.record["spurious"], false, "{:#?}", ran.record);
         },
     },
     Case {

@@ -215,7 +215,17 @@ struct Tries {
 
 /// How often an attempt is launched again after a fault a fresh launch avoids (a rule with
 /// `relaunch`, e.g. a port another process took before the server bound it).
-const RELAUNCHES: u32 = 2;
+pub(crate) const RELAUNCHES: u32 = 2;
+
+/// Whether the attempt ended in a fault a fresh launch avoids: its rule says `relaunch`, and its
+/// server exited before it was ready.
+fn relaunchable(attempt: &Attempt) -> bool {
+    attempt.failure.as_ref().is_some_and(|f| {
+        f.classification.relaunch
+            && matches!(f.trouble, Trouble::ServerExited)
+            && matches!(attempt.facts.phase, Phase::Launch | Phase::Ready)
+    })
+}
 
 /// Attempts the cell until it passes or its failure is not retried; `None` when interrupted.
 async fn run_tries(
@@ -232,12 +242,10 @@ async fn run_tries(
         count += 1;
         let attempt = run_attempt(shared, cell, gpus, count, cancel.clone()).await?;
         // A fault a fresh launch avoids says nothing about the cell: run it again at once,
-        // outside the matrix's `[retry]`, and never count it as a failure (no `flaky`).
-        let relaunch = attempt
-            .failure
-            .as_ref()
-            .is_some_and(|f| f.classification.relaunch);
-        if relaunch && relaunches < RELAUNCHES {
+        // outside the matrix's `[retry]`, and never count it as a failure (no `flaky`). Only a
+        // server that died before it was ready: a line about a port in a cell that answered,
+        // hung or ran to its end says nothing about a launch.
+        if relaunches < RELAUNCHES && relaunchable(&attempt) {
             relaunches += 1;
             continue;
         }
@@ -335,10 +343,11 @@ fn verdict(
     // An infrastructure fault's reason says which fault it was (the rule's explanation): "says
     // nothing about the cell" alone leaves the reader to open the log to learn what to fix.
     let detail = last.as_ref().and_then(|f| {
-        let fault = (status == Status::Error)
+        let fault = (status == Status::Error && f.classification.rule.is_some())
             .then(|| f.classification.explanation.clone())
             .flatten();
         match (fault, f.trouble.detail()) {
+            (Some(a), Some(b)) if a == b => Some(a),
             (Some(a), Some(b)) => Some(format!("{a}; {b}")),
             (a, b) => a.or_else(|| b.map(str::to_owned)),
         }
@@ -463,6 +472,15 @@ async fn run_attempt(
     })
 }
 
+/// [`env::cache_files`] on a blocking thread: a shared cache on a network filesystem can take
+/// seconds to walk.
+async fn count_cache_files(jit: &Path) -> u64 {
+    let jit = jit.to_path_buf();
+    tokio::task::spawn_blocking(move || env::cache_files(&jit))
+        .await
+        .unwrap_or(0)
+}
+
 /// What the record's reason says of a log that could not be written.
 fn log_write_reason(err: &std::io::Error) -> String {
     if logsink::is_disk_full(err) {
@@ -481,7 +499,7 @@ async fn run_phases(
     let (shared, cell) = (cx.shared, cx.cell);
     introduce(cx, gpus);
     let jit = env::jit_dir(shared, cell, gpus, cx.attempt);
-    let files_before = env::cache_files(&jit);
+    let files_before = count_cache_files(&jit).await;
     if let Err(err) = std::fs::create_dir_all(&jit) {
         cx.note(&format!(
             "cannot create the JIT cache folder {}: {err}",
@@ -491,8 +509,12 @@ async fn run_phases(
     let reported = collect_reported_metrics(&cx.log);
     let ran = launch(cx, facts, gpus, &jit).await;
     // A hit: the cache had files, and the cell added none (it compiled nothing). A cell that
-    // shares the folder with one compiling at the same time counts as a miss too.
-    facts.metrics.jit_cache_hit = Some(files_before > 0 && env::cache_files(&jit) == files_before);
+    // shares the folder with one compiling at the same time counts as a miss too. Not counted
+    // again for an interrupted attempt: Ctrl-C does not wait on a walk of the cache.
+    if !matches!(ran, Err(Halt::Interrupted)) {
+        let hit = files_before > 0 && count_cache_files(&jit).await == files_before;
+        facts.metrics.jit_cache_hit = Some(hit);
+    }
     // What the cell reported itself fills what the harness could not measure.
     if let Ok(reported) = reported.lock() {
         fill_metrics(&mut facts.metrics, &reported);
@@ -697,6 +719,10 @@ fn classify(
     }
     if found.signature == Signature::Unknown {
         if let Trouble::Invalid(reason) = trouble {
+            // The cell served and answered wrong: a verdict, whatever line the log had before.
+            found.spurious = false;
+            found.relaunch = false;
+            found.rule = None;
             found.signature = Signature::WrongOutput;
             found.fingerprint = Some(normalise_reason(reason));
             found.explanation = Some(reason.clone());
