@@ -803,6 +803,11 @@ timeout = "30s"
         more: |ran| {
             assert_eq!(ran.record["attempts"], 2, "{:#?}", ran.record);
             assert_eq!(ran.record["log"], "logs/fake.attempt2.log");
+            let reason = str_of(&ran.record, "reason");
+            assert!(
+                reason.contains("launched again 1 time(s)") && reason.contains("logs/fake.log"),
+                "{reason}"
+            );
             let first = ran.scene.path("out/logs/fake.log");
             let first =
                 std::fs::read_to_string(&first).unwrap_or_else(|e| panic!("{first:?}: {e}"));

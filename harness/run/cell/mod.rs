@@ -211,6 +211,8 @@ struct Tries {
     failures: u32,
     /// The first failed attempt: a flaky cell's record says what flaked and where its log is.
     first_failure: Option<(Classification, String)>,
+    /// Launched again after a fault a fresh launch avoids: how often, and the first such log.
+    relaunched: Option<(u32, String)>,
 }
 
 /// How often an attempt is launched again after a fault a fresh launch avoids (a rule with
@@ -238,6 +240,7 @@ async fn run_tries(
     let mut first_failure = None;
     let mut count = 0u32;
     let mut relaunches = 0u32;
+    let mut first_relaunch = None;
     loop {
         count += 1;
         let attempt = run_attempt(shared, cell, gpus, count, cancel.clone()).await?;
@@ -247,6 +250,7 @@ async fn run_tries(
         // hung or ran to its end says nothing about a launch.
         if relaunches < RELAUNCHES && relaunchable(&attempt) {
             relaunches += 1;
+            first_relaunch.get_or_insert(attempt.log);
             continue;
         }
         let retry = attempt.failure.as_ref().is_some_and(|f| {
@@ -261,6 +265,7 @@ async fn run_tries(
                 count,
                 failures,
                 first_failure,
+                relaunched: first_relaunch.map(|log| (relaunches, log)),
             });
         }
         failures += 1;
@@ -284,8 +289,18 @@ fn record(
         count,
         failures,
         first_failure,
+        relaunched,
     } = tries;
-    let (status, classification, reason) = verdict(cell, last.failure, failures, first_failure);
+    let (status, classification, mut reason) = verdict(cell, last.failure, failures, first_failure);
+    if let Some((times, log)) = relaunched {
+        let note = format!(
+            "launched again {times} time(s) after an infrastructure fault a fresh launch avoids (first: {log})"
+        );
+        reason = Some(match reason {
+            Some(r) => format!("{r}; {note}"),
+            None => note,
+        });
+    }
     let facts = last.facts;
     CellRecord {
         id: cell.id.to_string(),
@@ -499,6 +514,10 @@ async fn run_phases(
     let (shared, cell) = (cx.shared, cx.cell);
     introduce(cx, gpus);
     let jit = env::jit_dir(shared, cell, gpus, cx.attempt);
+    if matches!(cell.cache, CacheMode::Cold) {
+        // A killed run may have left this attempt's cold cache behind: cold means empty.
+        let _ = std::fs::remove_dir_all(&jit);
+    }
     let files_before = count_cache_files(&jit).await;
     if let Err(err) = std::fs::create_dir_all(&jit) {
         cx.note(&format!(
