@@ -291,16 +291,13 @@ fn record(
         first_failure,
         relaunched,
     } = tries;
-    let (status, classification, mut reason) = verdict(cell, last.failure, failures, first_failure);
-    if let Some((times, log)) = relaunched {
-        let note = format!(
+    let (status, classification, reason) = verdict(cell, last.failure, failures, first_failure);
+    let relaunch_note = relaunched.map(|(times, log)| {
+        format!(
             "launched again {times} time(s) after an infrastructure fault a fresh launch avoids (first: {log})"
-        );
-        reason = Some(match reason {
-            Some(r) => format!("{r}; {note}"),
-            None => note,
-        });
-    }
+        )
+    });
+    let reason = joined(reason, relaunch_note);
     let facts = last.facts;
     CellRecord {
         id: cell.id.to_string(),
@@ -361,16 +358,14 @@ fn verdict(
         let fault = (status == Status::Error && f.classification.rule.is_some())
             .then(|| f.classification.explanation.clone())
             .flatten();
-        match (fault, f.trouble.detail()) {
-            (Some(a), Some(b)) if a == b => Some(a),
-            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
-            (a, b) => a.or_else(|| b.map(str::to_owned)),
+        let detail = f.trouble.detail().map(str::to_owned);
+        if fault == detail {
+            fault
+        } else {
+            joined(fault, detail)
         }
     });
-    let reason = match (reason, detail) {
-        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
-        (a, b) => a.or(b),
-    };
+    let reason = joined(reason, detail);
     match (last, status, first_failure) {
         (None, Status::Flaky, Some((failed, log))) => {
             let reason = format!(
@@ -381,6 +376,14 @@ fn verdict(
             (status, Some(failed), Some(reason))
         }
         (last, _, _) => (status, last.map(|f| f.classification), reason),
+    }
+}
+
+/// Two parts of a record's reason, either of which may be missing, as one.
+fn joined(a: Option<String>, b: Option<String>) -> Option<String> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
     }
 }
 
