@@ -47,13 +47,24 @@ fn repeating_unit(chars: &[char], period: usize) -> Option<String> {
     None
 }
 
-/// Words, not a pattern: two different letters and a separator.
+/// Words, not a pattern: two different letters, a separator, and a word of three letters or
+/// more. An inventory (`sm_90 sm_90 ...`, `ab ab ...`) repeats short codes, not words.
 fn is_phrase(unit: &[char]) -> bool {
     let mut letters = unit.iter().filter(|c| c.is_alphabetic());
     let two_letters = letters
         .next()
         .is_some_and(|first| letters.any(|c| c != first));
-    two_letters && unit.iter().any(|c| !c.is_alphanumeric())
+    two_letters && unit.iter().any(|c| !c.is_alphanumeric()) && has_word(unit)
+}
+
+/// Three letters in a row somewhere in the unit, or a letter of a script written without
+/// spaces (a CJK character is a word by itself).
+fn has_word(unit: &[char]) -> bool {
+    let mut run = 0;
+    unit.iter().any(|&c| {
+        run = if c.is_alphabetic() { run + 1 } else { 0 };
+        run >= 3 || (c.is_alphabetic() && !c.is_ascii() && u32::from(c) >= 0x2E80)
+    })
 }
 
 #[cfg(test)]
@@ -75,6 +86,8 @@ mod tests {
             "I am looking for someone who is not afraid to be themselves. ".repeat(7)
         );
         assert!(repeated_phrase(&sentence).is_some_and(|unit| unit.contains("looking for")));
+        let cjk = format!("答案是：{}", "北京，上海，".repeat(10));
+        assert_eq!(repeated_phrase(&cjk).as_deref(), Some("北京，上海，"));
     }
 
     #[test]
@@ -88,6 +101,7 @@ mod tests {
             "0x0 ".repeat(20),
             "QUFB".repeat(30),
             "ab ".repeat(5),
+            format!("archs: {}", "sm_90 ".repeat(8)),
             "INFO 05-28 14:44:28 [loggers.py:116] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs".to_owned(),
             "  File \"/usr/lib/python3.10/threading.py\", line 953 in run".to_owned(),
         ] {

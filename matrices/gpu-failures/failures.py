@@ -131,6 +131,85 @@ def worker_hang():
         p.join()
 
 
+def triton_shared_memory():
+    # A matmul tile sized for nothing real: 256x256x128 fp32 blocks over four stages need far more
+    # shared memory than any GPU has, and Triton refuses the launch.
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def matmul(a, b, c, n, BLOCK: tl.constexpr, BLOCK_K: tl.constexpr):
+        rows = tl.arange(0, BLOCK)
+        ks = tl.arange(0, BLOCK_K)
+        acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+        for k in range(0, n, BLOCK_K):
+            x = tl.load(a + rows[:, None] * n + (k + ks)[None, :])
+            y = tl.load(b + (k + ks)[:, None] * n + rows[None, :])
+            acc += tl.dot(x, y)
+        tl.store(c + rows[:, None] * n + rows[None, :], acc)
+
+    n = 256
+    a = torch.randn(n, n, device="cuda")
+    b = torch.randn(n, n, device="cuda")
+    c = torch.empty(n, n, device="cuda")
+    matmul[(1,)](a, b, c, n, BLOCK=256, BLOCK_K=128, num_stages=4)
+    torch.cuda.synchronize()
+
+
+def wrong_output():
+    # A reduction kernel that accumulates in fp16 checked against an fp32 reference at the
+    # tolerances a kernel test uses: the answer drifts, and torch.testing says by how much.
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def row_sum(x, out, n, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        acc = tl.zeros((BLOCK,), dtype=tl.float16)
+        for start in range(0, n, BLOCK):
+            acc += tl.load(x + row * n + start + tl.arange(0, BLOCK)).to(tl.float16)
+        tl.store(out + row, tl.sum(acc.to(tl.float32), axis=0))
+
+    rows, n = 64, 1 << 16
+    x = torch.rand(rows, n, device="cuda")
+    got = torch.empty(rows, device="cuda")
+    row_sum[(rows,)](x, got, n, BLOCK=16)
+    want = x.sum(dim=1)
+    print("kernel row sums:", got[:4].tolist(), flush=True)
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+    print("row sums match the reference")
+
+
+def nccl_no_interface():
+    # NCCL told to bootstrap over a network interface the host does not have: a one-rank group
+    # still needs its bootstrap socket.
+    import socket
+
+    import torch.multiprocessing as mp
+
+    os.environ["NCCL_SOCKET_IFNAME"] = "gpucompat-none0"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_nccl_single, args=(port,), nprocs=1, join=True)
+
+
+def _nccl_single(rank, port):
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", rank=rank, world_size=1, device_id=torch.device("cuda", 0))
+    t = torch.ones(1, device="cuda")
+    dist.all_reduce(t)
+    torch.cuda.synchronize()
+    print("rank", rank, "sum", t.item(), flush=True)
+    dist.destroy_process_group()
+
+
 MODES = {
     "torch-oom": torch_oom,
     "torch-oom-fragmented": torch_oom_fragmented,
@@ -141,6 +220,9 @@ MODES = {
     "missing-module": missing_module,
     "nccl-duplicate-gpu": nccl_duplicate_gpu,
     "worker-hang": worker_hang,
+    "triton-shared-memory": triton_shared_memory,
+    "wrong-output": wrong_output,
+    "nccl-no-interface": nccl_no_interface,
 }
 
 if __name__ == "__main__":
