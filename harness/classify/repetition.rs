@@ -14,18 +14,18 @@ const MAX_UNIT: usize = 128;
 /// two different letters and a separator (a space or punctuation): runs of one character,
 /// separator rules (`=====`), progress bars, hex and base64 dumps are no generation.
 pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
-    // A printed collection (`[True, True, ...]`, a tuple of GPU names, a dict) repeats by
-    // nature: data, not a generation.
-    if line.trim_start().starts_with(['[', '(', '{']) {
-        return None;
-    }
+    // A printed collection (`[True, True, ...]`, a tuple of GPU names) repeats its elements by
+    // nature: data, not a generation. A response printed as JSON may still hold a looping text
+    // (`{"text_output": "import numpy py py py ..."}`): only units with no element separator count.
+    let collection = line.trim_start().starts_with(['[', '(', '{']);
     let chars: Vec<char> = line.chars().collect();
     let longest = MAX_UNIT.min(chars.len() / MIN_COPIES);
-    (2..=longest).find_map(|period| repeating_unit(&chars, period))
+    (2..=longest).find_map(|period| repeating_unit(&chars, period, collection))
 }
 
-/// The first unit of length `period` repeated into a long enough stretch.
-fn repeating_unit(chars: &[char], period: usize) -> Option<String> {
+/// The first unit of length `period` repeated into a long enough stretch; in a printed
+/// `collection`, one without a comma (an element separator).
+fn repeating_unit(chars: &[char], period: usize, collection: bool) -> Option<String> {
     // `run` counts positions in a row whose character equals the one `period` further: a run
     // of r such positions is a stretch of r + period characters with that period.
     let mut run = 0;
@@ -39,7 +39,7 @@ fn repeating_unit(chars: &[char], period: usize) -> Option<String> {
         if span >= period * MIN_COPIES && span >= MIN_SPAN {
             let start = i + 1 - run;
             let unit = &chars[start..start + period];
-            if is_phrase(unit) {
+            if is_phrase(unit) && !(collection && unit.contains(&',')) {
                 return Some(unit.iter().collect());
             }
         }
@@ -47,24 +47,17 @@ fn repeating_unit(chars: &[char], period: usize) -> Option<String> {
     None
 }
 
-/// Words, not a pattern: two different letters, a separator, and a word of three letters or
-/// more. An inventory (`sm_90 sm_90 ...`, `ab ab ...`) repeats short codes, not words.
+/// Words, not a pattern: two different letters and a separator. A short code with digits in it
+/// (`sm_90 sm_90 ...` in an inventory) is no word: a unit with digits needs three letters or more
+/// (a looping model does say `py py py ...` or `<|reserved_special_token_247|>` over and over).
 fn is_phrase(unit: &[char]) -> bool {
     let mut letters = unit.iter().filter(|c| c.is_alphabetic());
     let two_letters = letters
         .next()
         .is_some_and(|first| letters.any(|c| c != first));
-    two_letters && unit.iter().any(|c| !c.is_alphanumeric()) && has_word(unit)
-}
-
-/// Three letters in a row somewhere in the unit, or a letter of a script written without
-/// spaces (a CJK character is a word by itself).
-fn has_word(unit: &[char]) -> bool {
-    let mut run = 0;
-    unit.iter().any(|&c| {
-        run = if c.is_alphabetic() { run + 1 } else { 0 };
-        run >= 3 || (c.is_alphabetic() && !c.is_ascii() && u32::from(c) >= 0x2E80)
-    })
+    let letter_count = unit.iter().filter(|c| c.is_alphabetic()).count();
+    let code = unit.iter().any(char::is_ascii_digit) && letter_count < 3;
+    two_letters && unit.iter().any(|c| !c.is_alphanumeric()) && !code
 }
 
 #[cfg(test)]
@@ -88,6 +81,8 @@ mod tests {
         assert!(repeated_phrase(&sentence).is_some_and(|unit| unit.contains("looking for")));
         let cjk = format!("答案是：{}", "北京，上海，".repeat(10));
         assert_eq!(repeated_phrase(&cjk).as_deref(), Some("北京，上海，"));
+        let short = format!("{{\"text_output\": \"import numpy {}\"}}", "py ".repeat(20));
+        assert!(repeated_phrase(&short).is_some_and(|unit| unit.trim() == "py"));
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod util;
 mod bisect;
 mod classify;
 mod corpus;
+mod cuda_errors;
 mod demo;
 mod engines;
 mod gate;
