@@ -18,6 +18,7 @@ use super::fingerprint::fingerprint;
 use super::repetition::repeated_phrase;
 use super::rules::Table;
 use super::scan::{self, Excerpt, Findings, Hit};
+use super::soup::mixed_scripts;
 use crate::matrix::UserRule;
 use crate::record::Exit;
 use crate::signature::Signature;
@@ -322,7 +323,9 @@ impl Classifier {
             }
             return out;
         }
-        if let Some(out) = repeated_output(&tail, &tail_text) {
+        if let Some(out) =
+            repeated_output(&tail, &tail_text).or_else(|| token_soup(&tail, &tail_text))
+        {
             return out;
         }
         let failed = evidence
@@ -447,6 +450,36 @@ fn repeated_output(tail: &Excerpt, text: &[String]) -> Option<Classification> {
     ));
     out.hint = Some("compare with a reference run of the same prompt; a kernel or quantization that corrupts the logits (dtype, scale, a wrong arch path) is the usual cause".to_owned());
     out.evidence = vec![Clue::new(ClueKind::Rule, REPEATED_OUTPUT, Some(line))];
+    Some(out)
+}
+
+/// The rule id a generation of many writing systems is reported under (see `soup.rs`).
+const TOKEN_SOUP: &str = "token-soup";
+
+/// No line names a failure, but one of the last lines mixes four writing systems or more: the
+/// model printed token soup (a weak line of its own, like a loop).
+fn token_soup(tail: &Excerpt, text: &[String]) -> Option<Classification> {
+    let (index, scripts) = text
+        .iter()
+        .enumerate()
+        .find_map(|(i, line)| mixed_scripts(line).map(|scripts| (i, scripts)))?;
+    let line = tail.start + index as u64;
+    let mut out = from_tail(tail);
+    out.signature = Signature::WrongOutput;
+    out.fingerprint = Some(fingerprint(&format!(
+        "token soup of {} scripts",
+        scripts.len()
+    )));
+    out.line = Some(line);
+    out.rule = Some(TOKEN_SOUP.to_owned());
+    out.decided_by = Some(DecidedBy::WeakLine);
+    out.explanation = Some(format!(
+        "the output mixes {} writing systems in one line ({}) and the log names no error: token soup, not text",
+        scripts.len(),
+        scripts.join(", ")
+    ));
+    out.hint = Some("compare with a reference run of the same prompt; a kernel or quantization that corrupts the logits (dtype, scale, a wrong arch path) is the usual cause".to_owned());
+    out.evidence = vec![Clue::new(ClueKind::Rule, TOKEN_SOUP, Some(line))];
     Some(out)
 }
 
@@ -657,6 +690,22 @@ mod tests {
         // A loop far above the last lines is not looked for.
         let early = format!("{looping}{}", "INFO ok\n".repeat(20));
         assert_eq!(log(&early).signature, Signature::Unknown);
+    }
+
+    /// Token soup (four writing systems in a line) names the failure only where no line does.
+    #[test]
+    fn token_soup_is_wrong_output_when_nothing_else_failed() {
+        let soup = "INFO 01-01 00:00:00 [llm.py:1] Processed prompts: 100%\n\
+            assistant hazır(DisplayGithub thẩm_resume Votingेव223 scripted(char список Changesesehen relics 全面.unshift 문제 stepper\n";
+        let c = log(soup);
+        assert_eq!(c.signature, Signature::WrongOutput);
+        assert_eq!(c.rule.as_deref(), Some(TOKEN_SOUP));
+        assert_eq!((c.line, c.decided_by), (Some(2), Some(DecidedBy::WeakLine)));
+        assert!(c.explanation.is_some_and(|e| e.contains("Cyrillic")));
+        let crashed = format!("{soup}torch.OutOfMemoryError: CUDA out of memory.\n");
+        assert_eq!(log(&crashed).signature, Signature::Oom);
+        let plain = "INFO done\nThe answer is 42. Ответ: сорок два.\n";
+        assert_eq!(log(plain).signature, Signature::Unknown);
     }
 
     /// An exception, then the engine's own SIGKILL of its tree (SGLang's `kill_process_tree`)

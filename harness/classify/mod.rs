@@ -19,8 +19,9 @@
 //!
 //! Module layout: `classifier` (public types, choosing the root cause), `scan` (the streaming
 //! pass), `line` (prefix stripping), `rules` (the table), `explain` (the evidence behind a
-//! verdict), `fingerprint`, `repetition` (a generation that loops, looked for in the log's last
-//! lines when nothing else names a failure).
+//! verdict), `fingerprint`, `repetition` (a generation that loops) and `soup` (a generation of
+//! many writing systems at once), both looked for in the log's last lines when nothing else names
+//! a failure.
 
 mod classifier;
 mod explain;
@@ -29,6 +30,7 @@ mod line;
 mod repetition;
 mod rules;
 mod scan;
+mod soup;
 
 pub(crate) use line::strip_ansi;
 
