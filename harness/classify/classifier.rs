@@ -246,7 +246,14 @@ impl Classifier {
             }
             return out;
         }
-        let errors_seen = weak.is_some();
+        // A process that died of a crash signal crashed: a stack dump in its log is no sign of a
+        // hang (those rules look only at logs where nothing failed).
+        let crashed = evidence
+            .exit
+            .as_ref()
+            .and_then(exit_signal)
+            .is_some_and(|signal| matches!(signal, SIGSEGV | SIGBUS | SIGILL));
+        let errors_seen = weak.is_some() || crashed;
         if let Some(seen) = hangs.into_iter().find(|h| {
             let rule = &self.table.rules[h.first.rule];
             h.count >= rule.min_count && !(rule.only_without_errors && errors_seen)
@@ -298,11 +305,14 @@ impl Classifier {
         // The first weak line decides, unless it only reports a death (a launcher's
         // ChildFailedError, Ray's worker-died): then a weak line that names why (a bare `Killed`)
         // says more.
+        // A weak wrapper of a named signature (a deadline passing, `timeout-exception`) gives way
+        // the same way to a later weak line that names another cause (a `Killed`, a refusal).
         let (weak, report) = match weak {
             Some(first) if self.table.rules[first.rule].wrapper => {
+                let own = self.table.rules[first.rule].signature;
                 match weak_by_signature
                     .into_iter()
-                    .find(|(sig, _)| *sig != Signature::Unknown)
+                    .find(|(sig, _)| *sig != Signature::Unknown && *sig != own)
                 {
                     Some((Signature::Oom, _)) if raised.is_some() => (raised, Some(first)),
                     Some((_, why)) => (Some(why), Some(first)),
@@ -660,6 +670,18 @@ mod tests {
         let c = log("ValueError: bad config value\nKilled\n");
         assert_eq!((c.signature, c.line), (Signature::Unknown, Some(1)));
         assert_eq!(log("Killed\n").signature, Signature::Oom);
+        // A deadline gives way to a later weak line that names another cause, not to a generic one.
+        let c = log(
+            "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready.\n\
+            ValueError: Total number of attention heads (40) must be divisible by tensor parallel size (3).\n",
+        );
+        assert_eq!(
+            (c.signature, c.line),
+            (Signature::UnsupportedConfig, Some(2))
+        );
+        assert_eq!(log("TimeoutError\nKilled\n").signature, Signature::Oom);
+        let c = log("TimeoutError\nKeyError: 'x'\n");
+        assert_eq!((c.signature, c.line), (Signature::Timeout, Some(1)));
     }
 
     /// A generation that loops names the failure only where no line does, and says which line.
@@ -690,6 +712,16 @@ mod tests {
         // A loop far above the last lines is not looked for.
         let early = format!("{looping}{}", "INFO ok\n".repeat(20));
         assert_eq!(log(&early).signature, Signature::Unknown);
+    }
+
+    /// A stack dump shows a hang only where nothing failed: an exit by a crash signal did.
+    #[test]
+    fn a_dump_in_a_crashed_process_is_no_hang() {
+        let dump = "#0  0x00007f in __pthread_cond_wait_common (cond=0x1) at pthread_cond_wait.c:503\n\
+            #1  0x00007f in __futex_abstimed_wait_common64 (private=128) at futex-internal.c:57\n";
+        assert_eq!(log(dump).signature, Signature::Deadlock);
+        let c = classify(dump, exit(Some(139), None));
+        assert_eq!(c.signature, Signature::Segfault);
     }
 
     /// Token soup (four writing systems in a line) names the failure only where no line does.

@@ -14,18 +14,38 @@ const MAX_UNIT: usize = 128;
 /// two different letters and a separator (a space or punctuation): runs of one character,
 /// separator rules (`=====`), progress bars, hex and base64 dumps are no generation.
 pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
-    // A printed collection (`[True, True, ...]`, a tuple of GPU names) repeats its elements by
-    // nature: data, not a generation. A response printed as JSON may still hold a looping text
-    // (`{"text_output": "import numpy py py py ..."}`): only units with no element separator count.
-    let collection = line.trim_start().starts_with(['[', '(', '{']);
-    let chars: Vec<char> = line.chars().collect();
-    let longest = MAX_UNIT.min(chars.len() / MIN_COPIES);
-    (2..=longest).find_map(|period| repeating_unit(&chars, period, collection))
+    // A printed collection (`[True, True, ...]`, NumPy's `[ True  True ...]`, a tuple of GPU
+    // names) repeats its elements by nature: data, not a generation. A response printed as JSON
+    // may still hold a looping text (`{"text_output": "import numpy py py py ..."}`): in a line
+    // that opens a collection, only its quoted strings are looked at.
+    if line.trim_start().starts_with(['[', '(', '{']) {
+        return quoted(line).find_map(looping_phrase);
+    }
+    looping_phrase(line)
 }
 
-/// The first unit of length `period` repeated into a long enough stretch; in a printed
-/// `collection`, one without a comma (an element separator).
-fn repeating_unit(chars: &[char], period: usize, collection: bool) -> Option<String> {
+/// The phrase `text` repeats at least [`MIN_COPIES`] times in a row, if any.
+fn looping_phrase(text: &str) -> Option<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let longest = MAX_UNIT.min(chars.len() / MIN_COPIES);
+    (2..=longest).find_map(|period| repeating_unit(&chars, period))
+}
+
+/// The double- or single-quoted strings of `line` (no escapes: a loop needs no quote inside).
+fn quoted(line: &str) -> impl Iterator<Item = &str> {
+    let mut rest = line;
+    std::iter::from_fn(move || {
+        let open = rest.find(['"', '\''])?;
+        let quote = rest[open..].chars().next()?;
+        let body = &rest[open + 1..];
+        let close = body.find(quote)?;
+        rest = &body[close + 1..];
+        Some(&body[..close])
+    })
+}
+
+/// The first unit of length `period` repeated into a long enough stretch.
+fn repeating_unit(chars: &[char], period: usize) -> Option<String> {
     // `run` counts positions in a row whose character equals the one `period` further: a run
     // of r such positions is a stretch of r + period characters with that period.
     let mut run = 0;
@@ -39,7 +59,7 @@ fn repeating_unit(chars: &[char], period: usize, collection: bool) -> Option<Str
         if span >= period * MIN_COPIES && span >= MIN_SPAN {
             let start = i + 1 - run;
             let unit = &chars[start..start + period];
-            if is_phrase(unit) && !(collection && unit.contains(&',')) {
+            if is_phrase(unit) {
                 return Some(unit.iter().collect());
             }
         }
@@ -47,17 +67,36 @@ fn repeating_unit(chars: &[char], period: usize, collection: bool) -> Option<Str
     None
 }
 
-/// Words, not a pattern: two different letters and a separator. A short code with digits in it
-/// (`sm_90 sm_90 ...` in an inventory) is no word: a unit with digits needs three letters or more
-/// (a looping model does say `py py py ...` or `<|reserved_special_token_247|>` over and over).
+/// Words, not a pattern: two different letters and a separator. An inventory of device or arch
+/// codes (`sm_90 sm_90 ...`, `sm_90a`, `gfx942`, `cuda:0,`) is no generation; a looping model does
+/// say `py py py ...` or `<|reserved_special_token_247|>` over and over.
 fn is_phrase(unit: &[char]) -> bool {
     let mut letters = unit.iter().filter(|c| c.is_alphabetic());
     let two_letters = letters
         .next()
         .is_some_and(|first| letters.any(|c| c != first));
-    let letter_count = unit.iter().filter(|c| c.is_alphabetic()).count();
-    let code = unit.iter().any(char::is_ascii_digit) && letter_count < 3;
-    two_letters && unit.iter().any(|c| !c.is_alphanumeric()) && !code
+    two_letters && unit.iter().any(|c| !c.is_alphanumeric()) && !is_code(unit)
+}
+
+/// Every word of the unit is a short code: a few letters, an optional `_` or `:`, digits and an
+/// optional letter (`sm_90a`, `gfx942`, `cuda:0`).
+fn is_code(unit: &[char]) -> bool {
+    let text: String = unit.iter().collect();
+    let mut words = text
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|w| !w.is_empty())
+        .peekable();
+    words.peek().is_some() && words.all(is_code_word)
+}
+
+fn is_code_word(word: &str) -> bool {
+    let letters = word.chars().take_while(char::is_ascii_alphabetic).count();
+    let rest = word[letters..].trim_start_matches(['_', ':']);
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    let tail = &rest[digits..];
+    (1..=6).contains(&letters)
+        && digits > 0
+        && (tail.is_empty() || (tail.len() == 1 && tail.chars().all(|c| c.is_ascii_alphabetic())))
 }
 
 #[cfg(test)]
@@ -97,6 +136,11 @@ mod tests {
             "QUFB".repeat(30),
             "ab ".repeat(5),
             format!("archs: {}", "sm_90 ".repeat(8)),
+            format!("{{'gpu': 'H100', 'archs': '{}'}}", "sm_90a ".repeat(10)),
+            format!("devices: {}", "cuda:0, ".repeat(8)),
+            format!("[{}]", " True ".repeat(20)),
+            format!("[{}]", "-inf ".repeat(20)),
+            format!("[{}]", "nan ".repeat(20)),
             "INFO 05-28 14:44:28 [loggers.py:116] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs".to_owned(),
             "  File \"/usr/lib/python3.10/threading.py\", line 953 in run".to_owned(),
         ] {

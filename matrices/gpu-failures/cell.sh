@@ -6,11 +6,14 @@ set -eu
 here=$(dirname "$0")
 case $1 in
   block-too-big|too-many-registers|trap)
-    binary="$GPUCOMPAT_JIT_CACHE/kernels"
+    # Named by the source's hash, so an edited kernels.cu builds afresh; built under a unique
+    # name and moved into place, so cells that start together never share a half-written file.
+    mkdir -p "$GPUCOMPAT_JIT_CACHE"
+    binary="$GPUCOMPAT_JIT_CACHE/kernels-$(sha256sum "$here/kernels.cu" | cut -c1-16)"
     if [ ! -x "$binary" ]; then
-      mkdir -p "$GPUCOMPAT_JIT_CACHE"
-      nvcc -arch=native -o "$binary.tmp" "$here/kernels.cu"
-      mv "$binary.tmp" "$binary"
+      tmp=$(mktemp "$binary.XXXXXX")
+      nvcc -arch=native -o "$tmp" "$here/kernels.cu"
+      mv -f "$tmp" "$binary"
     fi
     exec "$binary" "$1" ;;
 esac

@@ -90,11 +90,21 @@ fn every_cuda_error_is_named_as_the_taxonomy_says() {
         .expect("run gpucompat");
     assert_eq!(out.status.code(), Some(0));
     let stdout = String::from_utf8(out.stdout).expect("utf-8");
+    let results: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("json"))
+        .collect();
+    assert_eq!(results.len(), cases.len(), "one result per log");
     let wrong: Vec<String> = cases
         .iter()
-        .zip(stdout.lines())
-        .filter_map(|(case, line)| {
-            let v: serde_json::Value = serde_json::from_str(line).expect("json");
+        .zip(&files)
+        .zip(&results)
+        .filter_map(|((case, file), v)| {
+            assert_eq!(
+                v["path"].as_str(),
+                file.to_str(),
+                "results in the order of the files"
+            );
             let got = v["signature"].as_str().unwrap_or("");
             let spurious = v["spurious"].as_bool().unwrap_or(false);
             (got != case.signature || spurious != case.spurious).then(|| {
