@@ -15,6 +15,7 @@
 
 use super::explain::{self, Clue, ClueKind, DecidedBy};
 use super::fingerprint::fingerprint;
+use super::line::clean;
 use super::repetition::repeated_phrase;
 use super::rules::Table;
 use super::scan::{self, Excerpt, Findings, Hit};
@@ -252,7 +253,7 @@ impl Classifier {
             .exit
             .as_ref()
             .and_then(exit_signal)
-            .is_some_and(|signal| matches!(signal, SIGSEGV | SIGBUS | SIGILL));
+            .is_some_and(|signal| matches!(signal, SIGSEGV | SIGBUS | SIGILL | SIGFPE));
         let errors_seen = weak.is_some() || crashed;
         if let Some(seen) = hangs.into_iter().find(|h| {
             let rule = &self.table.rules[h.first.rule];
@@ -272,8 +273,16 @@ impl Classifier {
                 .find(|(s, _)| *s == sig)
                 .map(|(_, hit)| hit.clone())
         };
-        let raised = first_of(Signature::Unknown)
-            .filter(|e| first_of(Signature::Oom).is_some_and(|killed| e.line < killed.line));
+        // A deadline that passed before the kill is such a cause too: the tree was ended after it.
+        let deadline = weak
+            .as_ref()
+            .filter(|w| self.table.rules[w.rule].signature == Signature::Timeout)
+            .cloned();
+        let raised = [first_of(Signature::Unknown), deadline]
+            .into_iter()
+            .flatten()
+            .filter(|e| first_of(Signature::Oom).is_some_and(|killed| e.line < killed.line))
+            .min_by_key(|e| e.line);
         if let Some(signal) = evidence.exit.as_ref().and_then(exit_signal) {
             match signal {
                 SIGKILL if raised.is_none() => {
@@ -306,14 +315,22 @@ impl Classifier {
         // ChildFailedError, Ray's worker-died): then a weak line that names why (a bare `Killed`)
         // says more.
         // A weak wrapper of a named signature (a deadline passing, `timeout-exception`) gives way
-        // the same way to a later weak line that names another cause (a `Killed`, a refusal).
+        // only to a later weak line that names a cause of its own (a refusal, a missing
+        // dependency): what follows a deadline is mostly its consequence (a peer's abort, the
+        // tree killed after it).
         let (weak, report) = match weak {
             Some(first) if self.table.rules[first.rule].wrapper => {
                 let own = self.table.rules[first.rule].signature;
-                match weak_by_signature
-                    .into_iter()
-                    .find(|(sig, _)| *sig != Signature::Unknown && *sig != own)
-                {
+                let gives_way_to = |sig: Signature| {
+                    own == Signature::Unknown
+                        || matches!(
+                            sig,
+                            Signature::UnsupportedConfig | Signature::DependencyError
+                        )
+                };
+                match weak_by_signature.into_iter().find(|(sig, _)| {
+                    *sig != Signature::Unknown && *sig != own && gives_way_to(*sig)
+                }) {
                     Some((Signature::Oom, _)) if raised.is_some() => (raised, Some(first)),
                     Some((_, why)) => (Some(why), Some(first)),
                     None => (Some(first), None),
@@ -395,6 +412,7 @@ fn hang_clue(count: u32, named: &Classification) -> Clue {
 
 const SIGILL: i32 = 4;
 const SIGBUS: i32 = 7;
+const SIGFPE: i32 = 8;
 const SIGKILL: i32 = 9;
 const SIGSEGV: i32 = 11;
 
@@ -443,10 +461,9 @@ const REPEATED_OUTPUT: &str = "repeated-output";
 /// No line names a failure, but one of the last lines repeats a phrase over and over: the
 /// generation degenerated (a weak line of its own: it decides only where nothing else does).
 fn repeated_output(tail: &Excerpt, text: &[String]) -> Option<Classification> {
-    let (index, phrase) = text
-        .iter()
-        .enumerate()
-        .find_map(|(i, line)| repeated_phrase(line).map(|phrase| (i, phrase)))?;
+    let (index, phrase) = text.iter().enumerate().find_map(|(i, line)| {
+        repeated_phrase(&clean(line.as_bytes()).text).map(|phrase| (i, phrase))
+    })?;
     let line = tail.start + index as u64;
     let mut out = from_tail(tail);
     out.signature = Signature::WrongOutput;
@@ -469,10 +486,9 @@ const TOKEN_SOUP: &str = "token-soup";
 /// No line names a failure, but one of the last lines mixes four writing systems or more: the
 /// model printed token soup (a weak line of its own, like a loop).
 fn token_soup(tail: &Excerpt, text: &[String]) -> Option<Classification> {
-    let (index, scripts) = text
-        .iter()
-        .enumerate()
-        .find_map(|(i, line)| mixed_scripts(line).map(|scripts| (i, scripts)))?;
+    let (index, scripts) = text.iter().enumerate().find_map(|(i, line)| {
+        mixed_scripts(&clean(line.as_bytes()).text).map(|scripts| (i, scripts))
+    })?;
     let line = tail.start + index as u64;
     let mut out = from_tail(tail);
     out.signature = Signature::WrongOutput;
@@ -679,7 +695,18 @@ mod tests {
             (c.signature, c.line),
             (Signature::UnsupportedConfig, Some(2))
         );
-        assert_eq!(log("TimeoutError\nKilled\n").signature, Signature::Oom);
+        let c = log(
+            "requests.exceptions.ReadTimeout: HTTPConnectionPool(host='10.0.0.5', port=8000): Read timed out.\n\
+            kill_process_tree called: parent_pid=631\nKilled\n",
+        );
+        assert_eq!(c.signature, Signature::Timeout);
+        let c = classify("TimeoutError\nKilled\n", exit(Some(137), None));
+        assert_eq!(c.signature, Signature::Timeout);
+        let c = log(
+            "ray.exceptions.RayChannelTimeoutError: System error: Timed out waiting for object available to read.\n\
+            [rank3]: RuntimeError: NCCL communicator was aborted on rank 3.\n",
+        );
+        assert_eq!(c.signature, Signature::Timeout);
         let c = log("TimeoutError\nKeyError: 'x'\n");
         assert_eq!((c.signature, c.line), (Signature::Timeout, Some(1)));
     }

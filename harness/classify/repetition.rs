@@ -31,14 +31,22 @@ fn looping_phrase(text: &str) -> Option<String> {
     (2..=longest).find_map(|period| repeating_unit(&chars, period))
 }
 
-/// The double- or single-quoted strings of `line` (no escapes: a loop needs no quote inside).
+/// The double- or single-quoted strings of `line`. A string ends at its quote followed by a
+/// separator (`,`, `:`, a bracket) or the end of the line, so an apostrophe inside a text
+/// (`'It's fine. It's fine.'`) does not end it.
 fn quoted(line: &str) -> impl Iterator<Item = &str> {
     let mut rest = line;
     std::iter::from_fn(move || {
         let open = rest.find(['"', '\''])?;
         let quote = rest[open..].chars().next()?;
         let body = &rest[open + 1..];
-        let close = body.find(quote)?;
+        let close = body.match_indices(quote).map(|(i, _)| i).find(|&i| {
+            body[i + 1..]
+                .trim_start()
+                .chars()
+                .next()
+                .is_none_or(|c| matches!(c, ',' | ':' | ']' | '}' | ')'))
+        })?;
         rest = &body[close + 1..];
         Some(&body[..close])
     })
@@ -67,19 +75,27 @@ fn repeating_unit(chars: &[char], period: usize) -> Option<String> {
     None
 }
 
-/// Words, not a pattern: two different letters and a separator. An inventory of device or arch
-/// codes (`sm_90 sm_90 ...`, `sm_90a`, `gfx942`, `cuda:0,`) is no generation; a looping model does
-/// say `py py py ...` or `<|reserved_special_token_247|>` over and over.
+/// Words, not a pattern: two different letters and a separator. Data repeats too and is no
+/// generation: a list's elements (`'NVIDIA H100 80GB HBM3', `, `True, `) and an inventory of
+/// codes, flags or identifiers (`sm_90a`, `gfx942`, `cuda:0`, `torch.bfloat16`,
+/// `-gencode arch=compute_90a,code=sm_90a`). A looping model does say `py py py ...` or
+/// `<|reserved_special_token_247|>` over and over.
 fn is_phrase(unit: &[char]) -> bool {
     let mut letters = unit.iter().filter(|c| c.is_alphabetic());
     let two_letters = letters
         .next()
         .is_some_and(|first| letters.any(|c| c != first));
-    two_letters && unit.iter().any(|c| !c.is_alphanumeric()) && !is_code(unit)
+    two_letters && unit.iter().any(|c| !c.is_alphanumeric()) && !is_element(unit) && !is_code(unit)
 }
 
-/// Every word of the unit is a short code: a few letters, an optional `_` or `:`, digits and an
-/// optional letter (`sm_90a`, `gfx942`, `cuda:0`).
+/// A list element: the unit holds the list's comma (wherever the repetition was entered), or
+/// a quote that closes one element and a quote that opens the next (`' '`).
+fn is_element(unit: &[char]) -> bool {
+    let text: String = unit.iter().collect();
+    text.contains(',') || text.contains("' '") || text.contains("\" \"")
+}
+
+/// Every word of the unit is a code, a flag or an identifier.
 fn is_code(unit: &[char]) -> bool {
     let text: String = unit.iter().collect();
     let mut words = text
@@ -89,14 +105,16 @@ fn is_code(unit: &[char]) -> bool {
     words.peek().is_some() && words.all(is_code_word)
 }
 
+/// A flag (`-gencode`, `--tp`), a setting (`arch=compute_90a`), or an identifier with a digit in
+/// it (`sm_90a`, `gfx942`, `cuda:0`, `torch.bfloat16`).
 fn is_code_word(word: &str) -> bool {
-    let letters = word.chars().take_while(char::is_ascii_alphabetic).count();
-    let rest = word[letters..].trim_start_matches(['_', ':']);
-    let digits = rest.chars().take_while(char::is_ascii_digit).count();
-    let tail = &rest[digits..];
-    (1..=6).contains(&letters)
-        && digits > 0
-        && (tail.is_empty() || (tail.len() == 1 && tail.chars().all(|c| c.is_ascii_alphabetic())))
+    word.starts_with('-')
+        || word.contains('=')
+        || (word.starts_with(|c: char| c.is_ascii_alphabetic())
+            && word
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':'))
+            && word.chars().any(|c| c.is_ascii_digit()))
 }
 
 #[cfg(test)]
@@ -120,6 +138,8 @@ mod tests {
         assert!(repeated_phrase(&sentence).is_some_and(|unit| unit.contains("looking for")));
         let cjk = format!("答案是：{}", "北京，上海，".repeat(10));
         assert_eq!(repeated_phrase(&cjk).as_deref(), Some("北京，上海，"));
+        let apostrophe = format!("['{}']", "It's fine. ".repeat(8));
+        assert!(repeated_phrase(&apostrophe).is_some());
         let short = format!("{{\"text_output\": \"import numpy {}\"}}", "py ".repeat(20));
         assert!(repeated_phrase(&short).is_some_and(|unit| unit.trim() == "py"));
     }
@@ -141,6 +161,10 @@ mod tests {
             format!("[{}]", " True ".repeat(20)),
             format!("[{}]", "-inf ".repeat(20)),
             format!("[{}]", "nan ".repeat(20)),
+            format!("GPUs: [{}]", "'NVIDIA H100 80GB HBM3', ".repeat(8)),
+            format!("close: tensor([{}], device='cuda:0')", "True, ".repeat(12)),
+            format!("dtypes: {}", "torch.bfloat16 ".repeat(10)),
+            format!("nvcc {}", "-gencode arch=compute_90a,code=sm_90a ".repeat(6)),
             "INFO 05-28 14:44:28 [loggers.py:116] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs".to_owned(),
             "  File \"/usr/lib/python3.10/threading.py\", line 953 in run".to_owned(),
         ] {

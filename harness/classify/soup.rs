@@ -1,20 +1,42 @@
 //! Token soup at the end of a log: a generation whose words come from many writing systems at
 //! once (`ดาร价位 presenter 久しぶ האמריק流行пут崖耕地 conseils...`), what a model prints when its
-//! logits are garbage (a broken kernel, a wrong quantization scale). Natural text, even
-//! multilingual, mixes two or three systems in a line; soup mixes four or more. Looked for only in
-//! the last lines the scan keeps, and only where no line of the log names a failure.
+//! logits are garbage (a broken kernel, a wrong quantization scale). A translation or a list of
+//! languages mixes systems too, but word by word (`Привет, 你好, 안녕하세요`); soup glues them
+//! together inside its words (`流行пут崖`, `семьסכום`). So a line is soup when it mixes four
+//! systems or more and at least two of its words mix two or more. Looked for only in the last
+//! lines the scan keeps, and only where no line of the log names a failure.
 
 use unicode_script::{Script, UnicodeScript};
 
 /// Writing systems in one line that make it soup.
 const MIN_SCRIPTS: usize = 4;
+/// Words (between whitespace) that each mix writing systems.
+const MIN_MIXED_WORDS: usize = 2;
 /// Letters a writing system needs in the line to count (one stray letter is not a word).
 const MIN_LETTERS: usize = 2;
 
-/// The writing systems `line` mixes, by name, if it mixes at least [`MIN_SCRIPTS`].
+/// The writing systems `line` mixes, by name, if it is soup: at least [`MIN_SCRIPTS`] systems,
+/// and at least [`MIN_MIXED_WORDS`] words that each mix two.
 pub(crate) fn mixed_scripts(line: &str) -> Option<Vec<&'static str>> {
+    let scripts: Vec<&'static str> = letter_counts(line)
+        .into_iter()
+        .filter(|&(_, n)| n >= MIN_LETTERS)
+        .map(|(script, _)| script.full_name())
+        .collect();
+    if scripts.len() < MIN_SCRIPTS {
+        return None;
+    }
+    let mixed_words = line
+        .split_whitespace()
+        .filter(|word| letter_counts(word).len() >= 2)
+        .count();
+    (mixed_words >= MIN_MIXED_WORDS).then_some(scripts)
+}
+
+/// Letters per writing system in `text`, in order of first appearance.
+fn letter_counts(text: &str) -> Vec<(Script, usize)> {
     let mut counts: Vec<(Script, usize)> = Vec::new();
-    for script in line
+    for script in text
         .chars()
         .filter(|c| c.is_alphabetic())
         .map(writing_system)
@@ -27,12 +49,7 @@ pub(crate) fn mixed_scripts(line: &str) -> Option<Vec<&'static str>> {
             None => counts.push((script, 1)),
         }
     }
-    let scripts: Vec<&'static str> = counts
-        .into_iter()
-        .filter(|&(_, n)| n >= MIN_LETTERS)
-        .map(|(script, _)| script.full_name())
-        .collect();
-    (scripts.len() >= MIN_SCRIPTS).then_some(scripts)
+    counts
 }
 
 /// The script of `c`, with Japanese counted as one system (it writes Han and kana together).
@@ -63,6 +80,9 @@ mod tests {
             "INFO 05-28 14:44:28 [loggers.py:116] Engine 000: Avg prompt throughput: 0.0 tokens/s",
             "Ελληνικά, русский, English", // three systems
             "a б γ 中 ש ก",               // one letter each
+            "Generated text: 'Hello in other languages: Bonjour, Привет, 你好, こんにちは, 안녕하세요, مرحبا, שלום, नमस्ते.'",
+            "Prompt: 'Say hello in Russian, Greek, Chinese and Korean.', Generated text: ' Привет! Γειά σου! 你好! 안녕하세요!'",
+            "Supported languages: English, Deutsch, Русский, 中文, 日本語, 한국어, العربية, हिन्दी",
         ] {
             assert_eq!(mixed_scripts(line), None, "{line}");
         }
