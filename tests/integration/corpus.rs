@@ -12,7 +12,7 @@ const GPU: &str = "tests/fixtures/corpus/gpu";
 /// Folds of the corpus; fold 0 is the held-out split.
 const FOLDS: u64 = 5;
 /// The accuracy on the tuned split this classifier reaches; a floor, not the exact figure.
-const TUNED_FLOOR: f64 = 0.92;
+const TUNED_FLOOR: f64 = 0.90;
 /// The tuned logs the classifier is known to miss, one id per line (`#` comments): any other
 /// tuned log named wrong is a regression, whatever the overall figure.
 const KNOWN_MISSES: &str = "tests/fixtures/corpus/real/known-misses.txt";
