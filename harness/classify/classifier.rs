@@ -350,9 +350,7 @@ impl Classifier {
             }
             return out;
         }
-        if let Some(out) =
-            repeated_output(&tail, &tail_text).or_else(|| token_soup(&tail, &tail_text))
-        {
+        if let Some(out) = degenerate_output(&tail, &tail_text) {
             return out;
         }
         let failed = evidence
@@ -454,58 +452,53 @@ fn signal_name(signal: i32) -> &'static str {
     }
 }
 
-/// The rule id a degenerate generation is reported under (it has no pattern: see
-/// `repetition.rs`).
+/// The rule ids of the checks on what the process printed last (they have no pattern: see
+/// `repetition.rs` and `soup.rs`).
 const REPEATED_OUTPUT: &str = "repeated-output";
-
-/// No line names a failure, but one of the last lines repeats a phrase over and over: the
-/// generation degenerated (a weak line of its own: it decides only where nothing else does).
-fn repeated_output(tail: &Excerpt, text: &[String]) -> Option<Classification> {
-    let (index, phrase) = text.iter().enumerate().find_map(|(i, line)| {
-        repeated_phrase(&clean(line.as_bytes()).text).map(|phrase| (i, phrase))
-    })?;
-    let line = tail.start + index as u64;
-    let mut out = from_tail(tail);
-    out.signature = Signature::WrongOutput;
-    out.fingerprint = Some(fingerprint(&format!("repeats {:?}", phrase.trim())));
-    out.line = Some(line);
-    out.rule = Some(REPEATED_OUTPUT.to_owned());
-    out.decided_by = Some(DecidedBy::WeakLine);
-    out.explanation = Some(format!(
-        "the output repeats one phrase over and over ({:?}) and the log names no error: a degenerate generation",
-        phrase.trim()
-    ));
-    out.hint = Some("compare with a reference run of the same prompt; a kernel or quantization that corrupts the logits (dtype, scale, a wrong arch path) is the usual cause".to_owned());
-    out.evidence = vec![Clue::new(ClueKind::Rule, REPEATED_OUTPUT, Some(line))];
-    Some(out)
-}
-
-/// The rule id a generation of many writing systems is reported under (see `soup.rs`).
 const TOKEN_SOUP: &str = "token-soup";
 
-/// No line names a failure, but one of the last lines mixes four writing systems or more: the
-/// model printed token soup (a weak line of its own, like a loop).
-fn token_soup(tail: &Excerpt, text: &[String]) -> Option<Classification> {
-    let (index, scripts) = text.iter().enumerate().find_map(|(i, line)| {
-        mixed_scripts(&clean(line.as_bytes()).text).map(|scripts| (i, scripts))
+/// No line names a failure, but one of the last lines (prefixes stripped) is a degenerate
+/// generation: a phrase repeated over and over, or token soup of four writing systems and more.
+/// A weak line of its own: it decides only where nothing else does.
+fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> {
+    let cleaned: Vec<String> = text.iter().map(|l| clean(l.as_bytes()).text).collect();
+    let first = |check: &dyn Fn(&str) -> Option<(String, String)>| {
+        cleaned
+            .iter()
+            .enumerate()
+            .find_map(|(i, line)| check(line).map(|found| (i, found)))
+    };
+    let (rule, (index, (what, why))) = first(&|line| {
+        repeated_phrase(line).map(|phrase| {
+            let phrase = phrase.trim().to_owned();
+            (
+                format!("repeats {phrase:?}"),
+                format!("the output repeats one phrase over and over ({phrase:?}) and the log names no error: a degenerate generation"),
+            )
+        })
+    })
+    .map(|found| (REPEATED_OUTPUT, found))
+    .or_else(|| {
+        first(&|line| {
+            mixed_scripts(line).map(|scripts| {
+                (
+                    format!("token soup of {} scripts", scripts.len()),
+                    format!("the output mixes {} writing systems in one line ({}) and the log names no error: token soup, not text", scripts.len(), scripts.join(", ")),
+                )
+            })
+        })
+        .map(|found| (TOKEN_SOUP, found))
     })?;
     let line = tail.start + index as u64;
     let mut out = from_tail(tail);
     out.signature = Signature::WrongOutput;
-    out.fingerprint = Some(fingerprint(&format!(
-        "token soup of {} scripts",
-        scripts.len()
-    )));
+    out.fingerprint = Some(fingerprint(&what));
     out.line = Some(line);
-    out.rule = Some(TOKEN_SOUP.to_owned());
+    out.rule = Some(rule.to_owned());
     out.decided_by = Some(DecidedBy::WeakLine);
-    out.explanation = Some(format!(
-        "the output mixes {} writing systems in one line ({}) and the log names no error: token soup, not text",
-        scripts.len(),
-        scripts.join(", ")
-    ));
+    out.explanation = Some(why);
     out.hint = Some("compare with a reference run of the same prompt; a kernel or quantization that corrupts the logits (dtype, scale, a wrong arch path) is the usual cause".to_owned());
-    out.evidence = vec![Clue::new(ClueKind::Rule, TOKEN_SOUP, Some(line))];
+    out.evidence = vec![Clue::new(ClueKind::Rule, rule, Some(line))];
     Some(out)
 }
 

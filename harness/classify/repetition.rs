@@ -85,19 +85,21 @@ fn is_phrase(unit: &[char]) -> bool {
     let two_letters = letters
         .next()
         .is_some_and(|first| letters.any(|c| c != first));
-    two_letters && unit.iter().any(|c| !c.is_alphanumeric()) && !is_element(unit) && !is_code(unit)
+    if !two_letters || unit.iter().all(|c| c.is_alphanumeric()) {
+        return false;
+    }
+    let text: String = unit.iter().collect();
+    !is_element(&text) && !is_code(&text)
 }
 
 /// A list element: the unit holds the list's comma (wherever the repetition was entered), or
 /// a quote that closes one element and a quote that opens the next (`' '`).
-fn is_element(unit: &[char]) -> bool {
-    let text: String = unit.iter().collect();
+fn is_element(text: &str) -> bool {
     text.contains(',') || text.contains("' '") || text.contains("\" \"")
 }
 
 /// Every word of the unit is a code, a flag or an identifier.
-fn is_code(unit: &[char]) -> bool {
-    let text: String = unit.iter().collect();
+fn is_code(text: &str) -> bool {
     let mut words = text
         .split(|c: char| c.is_whitespace() || c == ',')
         .filter(|w| !w.is_empty())

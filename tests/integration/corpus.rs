@@ -177,6 +177,7 @@ fn real_corpus_accuracy() {
     let mut folds: BTreeMap<u64, Score> = BTreeMap::new();
     let mut per_label: BTreeMap<&str, Score> = BTreeMap::new();
     let mut wrong = Vec::new();
+    let mut missed: Vec<String> = Vec::new();
     for (case, got) in cases.iter().zip(&got) {
         let ok = correct(&case.label, got);
         let f = fold(case);
@@ -187,6 +188,7 @@ fn real_corpus_accuracy() {
             tuned.add(ok);
             per_label.entry(&case.label).or_default().add(ok);
             if !ok {
+                missed.push(case.id.clone());
                 wrong.push(format!(
                     "{}: labelled {}, classified {got}",
                     case.id, case.label
@@ -214,25 +216,20 @@ fn real_corpus_accuracy() {
     }
     gpu_recordings_are_named_right();
     let known = known_misses();
-    let regressed: Vec<&String> = wrong
-        .iter()
-        .filter(|line| !known.iter().any(|id| line.starts_with(&format!("{id}:"))))
-        .collect();
-    let fixed: Vec<&String> = known
-        .iter()
-        .filter(|id| !wrong.iter().any(|line| line.starts_with(&format!("{id}:"))))
-        .collect();
+    let fixed: Vec<&String> = known.iter().filter(|id| !missed.contains(id)).collect();
     if !fixed.is_empty() {
         println!("named right now, remove from {KNOWN_MISSES}: {fixed:?}");
     }
+    let regressed: Vec<&str> = missed
+        .iter()
+        .zip(&wrong)
+        .filter(|(id, _)| !known.contains(id))
+        .map(|(_, line)| line.as_str())
+        .collect();
     assert!(
         regressed.is_empty(),
         "tuned logs named right before are named wrong now (or add them to {KNOWN_MISSES} with a reason):\n{}",
-        regressed
-            .iter()
-            .map(|l| l.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
+        regressed.join("\n")
     );
     assert!(
         tuned.ratio() >= TUNED_FLOOR,
