@@ -15,8 +15,8 @@
 
 use super::explain::{self, Clue, ClueKind, DecidedBy};
 use super::fingerprint::fingerprint;
-use super::line::clean;
-use super::repetition::repeated_phrase;
+use super::line::{Level, clean};
+use super::repetition::{repeated_lines, repeated_phrase};
 use super::rules::Table;
 use super::scan::{self, Excerpt, Findings, Hit};
 use super::soup::mixed_scripts;
@@ -456,16 +456,22 @@ fn signal_name(signal: i32) -> &'static str {
 /// `repetition.rs` and `soup.rs`).
 const REPEATED_OUTPUT: &str = "repeated-output";
 const TOKEN_SOUP: &str = "token-soup";
+const REPEATED_LINES: &str = "repeated-lines";
 
-/// No line names a failure, but one of the last lines (prefixes stripped) is a degenerate
-/// generation: a phrase repeated over and over, or token soup of four writing systems and more.
-/// A weak line of its own: it decides only where nothing else does.
+/// No line names a failure, but what the process printed last is a degenerate generation: one
+/// of the last lines (prefixes stripped) repeats a phrase over and over or is token soup of four
+/// writing systems and more, or the log ends with a few sentences printed over and over. A weak
+/// line of its own: it decides only where nothing else does.
 fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> {
     let cleaned: Vec<String> = text.iter().map(|l| clean(l.as_bytes()).text).collect();
+    // `text` ends with the excerpt's lines: the line checks look at those, the loop over whole
+    // lines at all of `text`.
+    let first_shown = text.len().saturating_sub(tail.lines.len());
     let first = |check: &dyn Fn(&str) -> Option<(String, String)>| {
         cleaned
             .iter()
             .enumerate()
+            .skip(first_shown)
             .find_map(|(i, line)| check(line).map(|found| (i, found)))
     };
     let (rule, (index, (what, why))) = first(&|line| {
@@ -488,8 +494,9 @@ fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> 
             })
         })
         .map(|found| (TOKEN_SOUP, found))
-    })?;
-    let line = tail.start + index as u64;
+    })
+    .or_else(|| looping_lines(text).map(|found| (REPEATED_LINES, found)))?;
+    let line = (tail.start + index as u64).saturating_sub(first_shown as u64);
     let mut out = from_tail(tail);
     out.signature = Signature::WrongOutput;
     out.fingerprint = Some(fingerprint(&what));
@@ -502,7 +509,31 @@ fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> 
     Some(out)
 }
 
-/// No line names the cause: show the end of the log.
+/// The log ends with a few sentences printed over and over: where the loop starts in `text`,
+/// and what it repeats. A line a logger wrote (a level or a prefix stripped) is no generation.
+fn looping_lines(text: &[String]) -> Option<(usize, (String, String))> {
+    let written: Vec<Option<String>> = text
+        .iter()
+        .map(|raw| {
+            let cleaned = clean(raw.as_bytes());
+            let as_written = cleaned.level == Level::Unknown && cleaned.text.trim() == raw.trim();
+            as_written.then_some(cleaned.text)
+        })
+        .collect();
+    let (start, unit) = repeated_lines(&written)?;
+    let first = unit.first()?.trim().to_owned();
+    Some((
+        start,
+        (
+            format!("repeats {} lines from {first:?}", unit.len()),
+            format!(
+                "the output ends by printing the same {} lines over and over (from {first:?}) and the log names no error: a generation stuck in a loop",
+                unit.len()
+            ),
+        ),
+    ))
+}
+
 fn from_tail(tail: &Excerpt) -> Classification {
     let mut out = Classification::unknown();
     if !tail.lines.is_empty() {
@@ -732,6 +763,34 @@ mod tests {
         // A loop far above the last lines is not looked for.
         let early = format!("{looping}{}", "INFO ok\n".repeat(20));
         assert_eq!(log(&early).signature, Signature::Unknown);
+    }
+
+    /// A log that ends with the same sentences over and over is a generation stuck in a loop,
+    /// named where no line names a failure, at the line where the loop starts.
+    #[test]
+    fn sentences_looping_at_the_end_are_wrong_output_when_nothing_else_failed() {
+        let pair = "Wait, but in the code the answer is five.\nYes, that is correct, the answer is five.\n";
+        let looping = format!(
+            "{}Let me check the sum.\n{}",
+            "INFO 01-01 00:00:00 [llm.py:1] Processed prompts: 100%\n".repeat(100),
+            pair.repeat(8)
+        );
+        let c = log(&looping);
+        assert_eq!(c.signature, Signature::WrongOutput);
+        assert_eq!(c.rule.as_deref(), Some(REPEATED_LINES));
+        assert_eq!(
+            (c.line, c.decided_by),
+            (Some(102), Some(DecidedBy::WeakLine))
+        );
+        assert!(
+            c.explanation
+                .is_some_and(|e| e.contains("Wait, but in the code"))
+        );
+        let crashed = format!("{looping}torch.OutOfMemoryError: CUDA out of memory.\n");
+        assert_eq!(log(&crashed).signature, Signature::Oom);
+        // Records a logger wrote are no generation, however alike.
+        let polls = "INFO 01-01 00:00:00 [api.py:1] GET /health 200 OK\nINFO 01-01 00:00:00 [api.py:1] Waiting for requests to arrive\n";
+        assert_eq!(log(&polls.repeat(20)).signature, Signature::Unknown);
     }
 
     /// A stack dump shows a hang only where nothing failed: an exit by a crash signal did.

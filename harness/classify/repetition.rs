@@ -1,7 +1,10 @@
 //! A degenerate generation at the end of a log: one short phrase, printed over and over on one
 //! line ("France is France is France is ...", a reserved special token fifty times, a sentence
 //! that never ends). Looked for only in the last lines the scan keeps, and only where no line of
-//! the log names a failure: a fixed amount of work per log, none per line.
+//! the log names a failure: a fixed amount of work per log, none per line. A generation may
+//! also loop over whole sentences, one or two a line ("Wait, ... / Yes, that's correct. ...",
+//! again and again until the token limit): the log then ends with a few lines printed over and
+//! over.
 
 /// Copies of the phrase, back to back, that make a line degenerate.
 const MIN_COPIES: usize = 6;
@@ -119,9 +122,77 @@ fn is_code_word(word: &str) -> bool {
             && word.chars().any(|c| c.is_ascii_digit()))
 }
 
+/// Copies of a group of lines, back to back, that make the end of a log a loop.
+const MIN_LINE_COPIES: usize = 6;
+/// Most lines in the group that repeats. One line printed over and over is no generation: a
+/// poll (`Waiting for the server ...`) says the same thing each time it looks.
+const MAX_LINE_PERIOD: usize = 4;
+/// Words of letters a line of the group holds at least: sentences, not a drawing or a table.
+const MIN_WORDS: usize = 3;
+
+/// Where the group of lines the log ends with, repeated at least [`MIN_LINE_COPIES`] times, starts
+/// in `lines`, and the group. `None` marks a line a logger wrote (a level, a timestamp): it ends
+/// any loop. Blank lines, a closing code fence (```) and a last copy cut short are looked
+/// through; the group holds two different lines at least and every one of them is prose.
+pub(crate) fn repeated_lines(lines: &[Option<String>]) -> Option<(usize, Vec<String>)> {
+    let mut kept: Vec<(usize, Option<&str>)> = lines
+        .iter()
+        .enumerate()
+        .map(|(i, line)| (i, line.as_deref().map(str::trim)))
+        .filter(|(_, line)| *line != Some(""))
+        .collect();
+    while kept.last().is_some_and(|(_, line)| *line == Some("```")) {
+        kept.pop();
+    }
+    (2..=MAX_LINE_PERIOD).find_map(|period| line_cycle(&kept, period))
+}
+
+/// The group of `period` lines `kept` ends with, if it repeats often enough.
+fn line_cycle(kept: &[(usize, Option<&str>)], period: usize) -> Option<(usize, Vec<String>)> {
+    // The token limit may cut the last copy inside a line: a line that begins the one it
+    // repeats is looked through.
+    let cut = kept.len() > period
+        && matches!((kept[kept.len() - 1].1, kept[kept.len() - 1 - period].1),
+            (Some(last), Some(whole)) if last.len() < whole.len() && whole.starts_with(last));
+    let kept = &kept[..kept.len() - usize::from(cut)];
+    let same = |i: usize| matches!((kept[i].1, kept[i - period].1), (Some(a), Some(b)) if a == b);
+    let run = (period..kept.len()).rev().take_while(|&i| same(i)).count();
+    if run + period < period * MIN_LINE_COPIES {
+        return None;
+    }
+    let start = kept.len() - run - period;
+    let unit: Vec<&str> = kept[start..start + period]
+        .iter()
+        .map(|(_, line)| line.unwrap_or_default())
+        .collect();
+    let distinct = unit.iter().any(|line| *line != unit[0]);
+    (distinct && unit.iter().all(|line| is_prose(line))).then(|| {
+        (
+            kept[start].0,
+            unit.iter().map(|line| (*line).to_owned()).collect(),
+        )
+    })
+}
+
+/// A sentence rather than a drawing, a table row, code or a record: [`MIN_WORDS`] words of
+/// letters at least, and letters for half of what is not blank.
+fn is_prose(line: &str) -> bool {
+    let words = line
+        .split_whitespace()
+        .filter(|word| {
+            let word = word.trim_end_matches([',', '.', ';', ':', '!', '?']);
+            word.chars().filter(|c| c.is_alphabetic()).count() >= 2
+                && word.chars().all(|c| c.is_alphabetic() || c == '\'')
+        })
+        .count();
+    let visible = line.chars().filter(|c| !c.is_whitespace()).count();
+    let letters = line.chars().filter(|c| c.is_alphabetic()).count();
+    words >= MIN_WORDS && letters * 2 >= visible
+}
+
 #[cfg(test)]
 mod tests {
-    use super::repeated_phrase;
+    use super::{repeated_lines, repeated_phrase};
 
     #[test]
     fn a_phrase_said_over_and_over_is_found() {
@@ -172,5 +243,48 @@ mod tests {
         ] {
             assert_eq!(repeated_phrase(&line), None, "{line}");
         }
+    }
+
+    fn lines(text: &str) -> Vec<Option<String>> {
+        text.lines().map(|line| Some(line.to_owned())).collect()
+    }
+
+    #[test]
+    fn a_generation_looping_over_sentences_is_found() {
+        let pair = "Yes, that's correct. The answer is $\\boxed{5}$.\n\nWait, but in the code, the answer is 5.0. So the final answer should be $\\boxed{5}$.\n\n";
+        let text = format!(
+            "Let me check the sum.\n\n{}Yes, that's correct.\n",
+            pair.repeat(7)
+        );
+        let (start, unit) = repeated_lines(&lines(&text)).expect("a loop");
+        assert_eq!(start, 2);
+        assert_eq!(unit.len(), 2);
+        assert!(unit[0].starts_with("Yes, that's correct."));
+        let fenced = format!(
+            "```text\n{}```",
+            "    Wait, I'll output `json{\"Answer\": B}`.\n    Okay, I'll output `json{\"Answer\": \"B\"}`.\n".repeat(8)
+        );
+        assert!(repeated_lines(&lines(&fenced)).is_some());
+    }
+
+    #[test]
+    fn logs_that_only_repeat_lines_are_not_loops() {
+        let poll = "Waiting for the server to come up, retrying in five seconds\n".repeat(20);
+        let records = "INFO: 127.0.0.1:50122 - \"GET /health HTTP/1.1\" 200 OK\nINFO: 127.0.0.1:50122 - \"GET /metrics HTTP/1.1\" 200 OK\n".repeat(10);
+        let drawing = "      |                 |\n      |-----------------|\n".repeat(10);
+        let frames =
+            "  File \"model.py\", line 10, in forward\n    return self.layer(x)\n".repeat(10);
+        let short = "Wait, but the answer is five.\nYes, that is correct.\n".repeat(5);
+        let ended = format!(
+            "{}The answer is 5.\n",
+            "Wait, let me check that again.\nYes, that is right.\n".repeat(8)
+        );
+        for text in [poll, records, drawing, frames, short, ended] {
+            assert_eq!(repeated_lines(&lines(&text)), None, "{text}");
+        }
+        // A record a logger wrote breaks the loop even where its words repeat.
+        let mut logged = lines(&"Wait, let me check that again.\nYes, that is right.\n".repeat(8));
+        logged[11] = None;
+        assert_eq!(repeated_lines(&logged), None);
     }
 }

@@ -28,6 +28,9 @@ const BEFORE: usize = 3;
 const AFTER: usize = 5;
 /// Lines kept from the end of the log (for verdicts that name no line).
 const TAIL: usize = 8;
+/// Lines kept as written from the end of the log, for what the process printed last: a
+/// generation that loops over whole lines needs more of them than the excerpt shows.
+const TAIL_TEXT_LINES: usize = 48;
 /// Of each of those last lines, at most this many bytes are kept as written, for what the
 /// process printed last (a generation that repeats itself past the excerpt's cut).
 const TAIL_TEXT: usize = 4096;
@@ -86,7 +89,8 @@ pub(crate) struct Findings {
     pub(crate) hangs: Vec<HangSeen>,
     /// The last lines of the log.
     pub(crate) tail: Excerpt,
-    /// The same lines, uncut up to [`TAIL_TEXT`] bytes each (ANSI colour and controls removed).
+    /// The last [`TAIL_TEXT_LINES`] lines, uncut up to [`TAIL_TEXT`] bytes each (ANSI colour and
+    /// controls removed); they end with the tail's lines.
     pub(crate) tail_text: Vec<String>,
 }
 
@@ -479,7 +483,7 @@ impl<'t> Sequencer<'t> {
             first_strong: None,
             dense: 0,
             context: Vec::new(),
-            recent: VecDeque::with_capacity(TAIL + 1),
+            recent: VecDeque::with_capacity(TAIL_TEXT_LINES + 1),
         }
     }
 
@@ -688,9 +692,9 @@ impl<'t> Sequencer<'t> {
 
     /// Keeps the last lines of a finished block for the next block's excerpts and the tail.
     fn remember_tail(&mut self, block: &[u8]) {
-        let mut tail = Vec::with_capacity(TAIL);
+        let mut tail = Vec::with_capacity(TAIL_TEXT_LINES);
         let mut end = block.len();
-        while tail.len() < TAIL && end > 0 {
+        while tail.len() < TAIL_TEXT_LINES && end > 0 {
             let line_end = end - 1;
             let line_start = memchr::memrchr(b'\n', &block[..line_end]).map_or(0, |i| i + 1);
             let raw = &block[line_start..line_end];
@@ -701,7 +705,7 @@ impl<'t> Sequencer<'t> {
             end = line_start;
         }
         for shown in tail.into_iter().rev() {
-            if self.recent.len() == TAIL {
+            if self.recent.len() == TAIL_TEXT_LINES {
                 self.recent.pop_front();
             }
             self.recent.push_back(shown);
@@ -709,7 +713,8 @@ impl<'t> Sequencer<'t> {
     }
 
     fn finish(mut self) -> Findings {
-        let (lines, text): (Vec<String>, Vec<String>) = self.recent.into_iter().unzip();
+        let (mut lines, text): (Vec<String>, Vec<String>) = self.recent.into_iter().unzip();
+        lines.drain(..lines.len().saturating_sub(TAIL));
         self.found.tail_text = text;
         self.found.tail = Excerpt {
             start: (self.line + 1).saturating_sub(lines.len() as u64),
