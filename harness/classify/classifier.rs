@@ -205,6 +205,7 @@ impl Classifier {
             wrapped,
             weak,
             weak_by_signature,
+            background,
             hangs,
             tail,
             tail_text,
@@ -352,6 +353,9 @@ impl Classifier {
         }
         if let Some(out) = degenerate_output(&tail, &tail_text) {
             return out;
+        }
+        if let Some(hit) = background {
+            return self.name_hit(hit, DecidedBy::WeakLine);
         }
         let failed = evidence
             .exit
@@ -791,6 +795,34 @@ mod tests {
         // Records a logger wrote are no generation, however alike.
         let polls = "INFO 01-01 00:00:00 [api.py:1] GET /health 200 OK\nINFO 01-01 00:00:00 [api.py:1] Waiting for requests to arrive\n";
         assert_eq!(log(&polls.repeat(20)).signature, Signature::Unknown);
+    }
+
+    /// A background line (bitsandbytes' import-time complaint, which it survives) names the
+    /// failure only where no other line does: a later generic exception or `Killed` decides.
+    #[test]
+    fn a_background_line_decides_only_where_nothing_else_does() {
+        let bnb = "bitsandbytes library load error: Configured CUDA binary not found at /site-packages/bitsandbytes/libbitsandbytes_cuda130.so\n\
+            Traceback (most recent call last):\n\
+            RuntimeError: Configured CUDA binary not found at /site-packages/bitsandbytes/libbitsandbytes_cuda130.so\n\
+            {'loss': 1.2, 'epoch': 0.1}\n";
+        let alone = log(bnb);
+        assert_eq!(alone.signature, Signature::DependencyError);
+        assert_eq!(alone.rule.as_deref(), Some("bitsandbytes-binary-missing"));
+        assert_eq!(alone.line, Some(1));
+        let raised = log(&format!("{bnb}ValueError: bad config value\n"));
+        assert_eq!(
+            (raised.signature, raised.line),
+            (Signature::Unknown, Some(5))
+        );
+        let killed = log(&format!("{bnb}Killed\n"));
+        assert_eq!(
+            (killed.signature, killed.rule.as_deref()),
+            (Signature::Oom, Some("killed"))
+        );
+        let oom = log(&format!(
+            "{bnb}torch.OutOfMemoryError: CUDA out of memory.\n"
+        ));
+        assert_eq!(oom.signature, Signature::Oom);
     }
 
     /// A stack dump shows a hang only where nothing failed: an exit by a crash signal did.

@@ -6,6 +6,9 @@
 //! again and again until the token limit): the log then ends with a few lines printed over and
 //! over.
 
+use regex::Regex;
+use std::sync::LazyLock;
+
 /// Copies of the phrase, back to back, that make a line degenerate.
 const MIN_COPIES: usize = 6;
 /// The repeated stretch is at least this many characters: a stutter ("hahaha") is not a loop.
@@ -166,12 +169,34 @@ fn line_cycle(kept: &[(usize, Option<&str>)], period: usize) -> Option<(usize, V
         .map(|(_, line)| line.unwrap_or_default())
         .collect();
     let distinct = unit.iter().any(|line| *line != unit[0]);
-    (distinct && unit.iter().all(|line| is_prose(line))).then(|| {
+    (distinct
+        && unit
+            .iter()
+            .all(|line| is_prose(line) && !is_program_message(line)))
+    .then(|| {
         (
             kept[start].0,
             unit.iter().map(|line| (*line).to_owned()).collect(),
         )
     })
+}
+
+/// What a program says over and over, not a model: a labelled line (`User:`, `Prompt:`,
+/// `curl: (7)`, `srv  log_server_r:`), an address, or the words of a retry loop, a poll or a
+/// warning (transformers' padding warnings repeat on every `generate()` call; a CI script waiting
+/// for its server says the same two lines until it gives up).
+fn is_program_message(line: &str) -> bool {
+    static MESSAGE: LazyLock<Option<Regex>> = LazyLock::new(|| {
+        Regex::new(concat!(
+            r"^[A-Za-z][\w .\-\[\]()]{0,30}:(?:\s|$)",
+            r"|https?://|\blocalhost\b|\b\d{1,3}(?:\.\d{1,3}){3}\b",
+            r"|(?i)\b(?:retry|retrying|retries|waiting|not ready|failed|failure|could not|couldn't",
+            r"|unable to|error|exception|warning|deprecated|please|timed? ?out|connection|connect",
+            r"|reconnect\w*|request|listening)\b",
+        ))
+        .ok()
+    });
+    MESSAGE.as_ref().is_none_or(|re| re.is_match(line))
 }
 
 /// A sentence rather than a drawing, a table row, code or a record: [`MIN_WORDS`] words of
@@ -279,7 +304,31 @@ mod tests {
             "{}The answer is 5.\n",
             "Wait, let me check that again.\nYes, that is right.\n".repeat(8)
         );
-        for text in [poll, records, drawing, frames, short, ended] {
+        // Found by a review against healthy logs: a chat smoke test, a determinism check that
+        // prints the same answer run after run, a CI script waiting for its server, a retry
+        // loop, llama-server's health probes, transformers' padding warnings on every call.
+        let chat =
+            "User: What is the capital of France?\nAssistant: The capital of France is Paris.\n"
+                .repeat(8);
+        let determinism = "Prompt: 'The capital of France is'\nGenerated text: ' Paris. It is also the largest city in the country.'\n".repeat(8);
+        let curl = "curl: (7) Failed to connect to localhost port 8000 after 0 ms: Couldn't connect to server\nWaiting for the vLLM server to come up...\n".repeat(10);
+        let retry = "Could not reach the inference server at http://localhost:30000, retrying in 10 seconds\nServer is not ready yet, the model may still be loading\n".repeat(10);
+        let probes = "srv  log_server_r: request: GET /health 10.0.0.3 200\nsrv  log_server_r: request: GET /metrics 10.0.0.4 200\n".repeat(10);
+        let warnings = "Setting `pad_token_id` to `eos_token_id`:151643 for open-end generation.\nA decoder-only architecture is being used, but right-padding was detected! For correct generation results, please set `padding_side='left'` when initializing the tokenizer.\n".repeat(8);
+        for text in [
+            poll,
+            records,
+            drawing,
+            frames,
+            short,
+            ended,
+            chat,
+            determinism,
+            curl,
+            retry,
+            probes,
+            warnings,
+        ] {
             assert_eq!(repeated_lines(&lines(&text)), None, "{text}");
         }
         // A record a logger wrote breaks the loop even where its words repeat.

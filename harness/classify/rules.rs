@@ -37,6 +37,9 @@ pub(crate) enum Kind {
     Hang,
     /// Never a root cause; marks a later fatal line as spurious.
     Context,
+    /// Noise that may also be a cause (a library's import-time complaint it survives): names
+    /// the failure only where the log has no fatal, hang or weak line and no degenerate output.
+    Background,
 }
 
 #[derive(Debug, Deserialize)]
@@ -507,7 +510,9 @@ mod tests {
                         Kind::Context => format!(
                             "{prefix}{example}\nERROR: No matching distribution found for torch==2.5.1\n"
                         ),
-                        Kind::Fatal | Kind::Weak => format!("{prefix}{example}\n"),
+                        Kind::Fatal | Kind::Weak | Kind::Background => {
+                            format!("{prefix}{example}\n")
+                        }
                     };
                     let got = classify(&text);
                     let (want_rule, want_sig) = match rule.kind {

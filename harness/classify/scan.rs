@@ -85,6 +85,8 @@ pub(crate) struct Findings {
     /// The first weak line of each signature, wrappers left out (evidence such as `Killed` for
     /// a SIGKILL, and the first generic exception before it).
     pub(crate) weak_by_signature: Vec<(Signature, Hit)>,
+    /// The first background line (a complaint the process may have survived).
+    pub(crate) background: Option<Hit>,
     /// Hang rules seen, in order of first sighting.
     pub(crate) hangs: Vec<HangSeen>,
     /// The last lines of the log.
@@ -556,6 +558,7 @@ impl<'t> Sequencer<'t> {
         let table = self.table;
         let mut strong: Option<usize> = None;
         let mut weak: Option<usize> = None;
+        let mut background: Option<usize> = None;
         let mut new_hangs = Vec::new();
         for &index in rules {
             let rule = &table.rules[index];
@@ -568,6 +571,11 @@ impl<'t> Sequencer<'t> {
                 Kind::Weak => {
                     if weak.is_none_or(|w| table.rank(index) > table.rank(w)) {
                         weak = Some(index);
+                    }
+                }
+                Kind::Background => {
+                    if background.is_none_or(|b| table.rank(index) > table.rank(b)) {
+                        background = Some(index);
                     }
                 }
                 Kind::Hang => match self.found.hangs.iter_mut().find(|h| h.first.rule == index) {
@@ -594,6 +602,14 @@ impl<'t> Sequencer<'t> {
             }
             _ => true,
         });
+        // A line a background rule explains better than any weak rule (bitsandbytes' RuntimeError
+        // about its own binary) is background only: its generic exception is no weak line.
+        let (weak, background) = match (weak, background) {
+            (Some(w), Some(b)) if table.rank(b) > table.rank(w) => (None, Some(b)),
+            (Some(w), Some(_)) => (Some(w), None),
+            other => other,
+        };
+        let background_first = background.filter(|_| self.found.background.is_none());
         let weak_first = weak.filter(|_| self.found.weak.is_none());
         // Wrappers (a reported death) are not evidence of a cause: the first line of each
         // signature that is not one (the first generic exception, the first `Killed`).
@@ -605,6 +621,7 @@ impl<'t> Sequencer<'t> {
         if strong.is_none()
             && weak_first.is_none()
             && weak_new_signature.is_none()
+            && background_first.is_none()
             && new_hangs.is_empty()
         {
             return;
@@ -652,6 +669,9 @@ impl<'t> Sequencer<'t> {
         }
         if let Some(index) = weak_first {
             self.found.weak = Some(hit(index));
+        }
+        if let Some(index) = background_first {
+            self.found.background = Some(hit(index));
         }
         if let Some(index) = weak_new_signature {
             self.found
