@@ -797,6 +797,17 @@ mod tests {
         assert_eq!(log(&polls.repeat(20)).signature, Signature::Unknown);
     }
 
+    /// Dynamo's wrapper gives way to the error its backend raised, on the next line.
+    #[test]
+    fn torch_compile_names_what_its_backend_raised() {
+        let text = "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\n\
+            ImportError: cannot import name 'triton_key' from 'triton.compiler.compiler'\n";
+        let c = log(text);
+        assert_eq!((c.signature, c.line), (Signature::DependencyError, Some(2)));
+        let bare = log("torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\n");
+        assert_eq!(bare.signature, Signature::JitCompileError);
+    }
+
     /// A background line (bitsandbytes' import-time complaint, which it survives) names the
     /// failure only where no other line does: a later generic exception or `Killed` decides.
     #[test]
