@@ -98,6 +98,8 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^[\w.]+\s+\d+\s+(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+",
     r"^(?:-\s+)?[\w.]+ - (DEBUG|INFO|WARNING|ERROR|CRITICAL) - ",
     r"^-\s+(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+-\s+",
+    // Hydra's default (NeMo, Lightning apps), after its timestamp: `[torch.distributed][INFO] - `.
+    r"^\[[\w.]+\]\[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\] - ",
     r"^\|?\s*(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s*\|\s*(?:[\w.:-]+\s*\|\s*)?",
     // `ERROR: `, `WARNING:root:`, `INFO:     ` (pip, logging.basicConfig, uvicorn).
     r"^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b(?::[\w.]*:|:|\])?\s*",
