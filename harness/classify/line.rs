@@ -71,6 +71,8 @@ const PREFIX_PATTERNS: &[&str] = &[
     // TensorRT-LLM: `[02/05/2026-06:58:48] `, `[TRT-LLM] [E] `, `[TensorRT-LLM][ERROR] `.
     r"^\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]\s*",
     r"^\[TRT-LLM\]\s*(?:\[RANK \d+\]\s*)?\[([EWIVD])\]\s*",
+    // TensorRT's Python logger: `[TRT] [W] `.
+    r"^\[TRT\]\s*\[([EWIVF])\]\s*",
     r"^\[TensorRT-LLM\]\[(ERROR|WARNING|INFO|DEBUG|VERBOSE|TRACE)\]\s*",
     r"^\[TensorRT-LLM\]\s*",
     // Ray and vLLM/sglang process prefixes: `(RayWorkerWrapper pid=4009, ip=10.0.0.1) `,
