@@ -15,7 +15,7 @@
 
 use super::explain::{self, Clue, ClueKind, DecidedBy};
 use super::fingerprint::fingerprint;
-use super::line::{Level, clean};
+use super::line::{Cleaned, Level, clean};
 use super::repetition::{repeated_lines, repeated_phrase};
 use super::rules::Table;
 use super::scan::{self, Excerpt, Findings, Hit};
@@ -467,7 +467,7 @@ const REPEATED_LINES: &str = "repeated-lines";
 /// writing systems and more, or the log ends with a few sentences printed over and over. A weak
 /// line of its own: it decides only where nothing else does.
 fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> {
-    let cleaned: Vec<String> = text.iter().map(|l| clean(l.as_bytes()).text).collect();
+    let cleaned: Vec<Cleaned> = text.iter().map(|l| clean(l.as_bytes())).collect();
     // `text` ends with the excerpt's lines: the line checks look at those, the loop over whole
     // lines at all of `text`.
     let first_shown = text.len().saturating_sub(tail.lines.len());
@@ -476,7 +476,7 @@ fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> 
             .iter()
             .enumerate()
             .skip(first_shown)
-            .find_map(|(i, line)| check(line).map(|found| (i, found)))
+            .find_map(|(i, line)| check(&line.text).map(|found| (i, found)))
     };
     let (rule, (index, (what, why))) = first(&|line| {
         repeated_phrase(line).map(|phrase| {
@@ -499,7 +499,7 @@ fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> 
         })
         .map(|found| (TOKEN_SOUP, found))
     })
-    .or_else(|| looping_lines(text).map(|found| (REPEATED_LINES, found)))?;
+    .or_else(|| looping_lines(text, &cleaned).map(|found| (REPEATED_LINES, found)))?;
     let line = (tail.start + index as u64).saturating_sub(first_shown as u64);
     let mut out = from_tail(tail);
     out.signature = Signature::WrongOutput;
@@ -515,13 +515,13 @@ fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> 
 
 /// The log ends with a few sentences printed over and over: where the loop starts in `text`,
 /// and what it repeats. A line a logger wrote (a level or a prefix stripped) is no generation.
-fn looping_lines(text: &[String]) -> Option<(usize, (String, String))> {
+fn looping_lines(text: &[String], cleaned: &[Cleaned]) -> Option<(usize, (String, String))> {
     let written: Vec<Option<String>> = text
         .iter()
-        .map(|raw| {
-            let cleaned = clean(raw.as_bytes());
-            let as_written = cleaned.level == Level::Unknown && cleaned.text.trim() == raw.trim();
-            as_written.then_some(cleaned.text)
+        .zip(cleaned)
+        .map(|(raw, line)| {
+            let as_written = line.level == Level::Unknown && line.text.trim() == raw.trim();
+            as_written.then(|| line.text.clone())
         })
         .collect();
     let (start, unit) = repeated_lines(&written)?;
