@@ -481,10 +481,12 @@ fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> 
     let (rule, (index, (what, why))) = first(&|line| {
         repeated_phrase(line).map(|phrase| {
             let phrase = phrase.trim().to_owned();
-            (
-                format!("repeats {phrase:?}"),
-                format!("the output repeats one phrase over and over ({phrase:?}) and the log names no error: a degenerate generation"),
-            )
+            let why = if phrase == "!" {
+                "the output is `!` over and over (token 0 of GPT-2-style vocabularies, what an argmax over NaN logits picks) and the log names no error: a degenerate generation".to_owned()
+            } else {
+                format!("the output repeats one phrase over and over ({phrase:?}) and the log names no error: a degenerate generation")
+            };
+            (format!("repeats {phrase:?}"), why)
         })
     })
     .map(|found| (REPEATED_OUTPUT, found))

@@ -20,6 +20,9 @@ const MAX_UNIT: usize = 128;
 /// two different letters and a separator (a space or punctuation): runs of one character,
 /// separator rules (`=====`), progress bars, hex and base64 dumps are no generation.
 pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
+    if token_zero_run(line) {
+        return Some("!".to_owned());
+    }
     // A printed collection (`[True, True, ...]`, NumPy's `[ True  True ...]`, a tuple of GPU
     // names) repeats its elements by nature: data, not a generation. A response printed as JSON
     // may still hold a looping text (`{"text_output": "import numpy py py py ..."}`): in a line
@@ -28,6 +31,17 @@ pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
         return quoted(line).find_map(looping_phrase);
     }
     looping_phrase(line)
+}
+
+/// A quoted text made of exclamation marks only (`Generated text: '!!!!!!...`, `"content":
+/// "!!!!!!"`). `!` is token 0 of GPT-2's byte-level vocabulary and of those built on it (Qwen's
+/// among them), and token 0 is what an argmax returns over logits that are all NaN: a model whose
+/// kernels produce NaN prints `!` until the token limit. One character is no phrase for the loop
+/// check (a rule of `=====` is no generation); a quoted string of `!` alone is.
+fn token_zero_run(line: &str) -> bool {
+    static RUN: LazyLock<Option<Regex>> =
+        LazyLock::new(|| Regex::new(r#"["']!{16,}(?:["']|\s*$)"#).ok());
+    RUN.as_ref().is_some_and(|re| re.is_match(line))
 }
 
 /// The phrase `text` repeats at least [`MIN_COPIES`] times in a row, if any.
@@ -240,6 +254,25 @@ mod tests {
         assert!(repeated_phrase(&apostrophe).is_some());
         let short = format!("{{\"text_output\": \"import numpy {}\"}}", "py ".repeat(20));
         assert!(repeated_phrase(&short).is_some_and(|unit| unit.trim() == "py"));
+    }
+
+    #[test]
+    fn a_quoted_run_of_token_zero_is_a_generation() {
+        let bang = "!".repeat(40);
+        for line in [
+            format!("Generated text: '{bang}"),
+            format!("        \"content\": \"{bang}\""),
+            format!("{{\"text\": \"{bang}\"}}"),
+        ] {
+            assert_eq!(repeated_phrase(&line).as_deref(), Some("!"), "{line}");
+        }
+        for line in [
+            format!("{bang} WARNING: the cache is cold {bang}"),
+            format!("'{}' is not a valid mode", "!".repeat(8)),
+            format!("print('{bang} done')"),
+        ] {
+            assert_eq!(repeated_phrase(&line), None, "{line}");
+        }
     }
 
     #[test]
