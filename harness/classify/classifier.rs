@@ -16,7 +16,7 @@
 use super::explain::{self, Clue, ClueKind, DecidedBy};
 use super::fingerprint::fingerprint;
 use super::line::{Cleaned, Level, clean};
-use super::repetition::{repeated_lines, repeated_phrase};
+use super::repetition::{repeated_lines, repeated_phrase, repeated_sentences};
 use super::rules::Table;
 use super::scan::{self, Excerpt, Findings, Hit};
 use super::soup::mixed_scripts;
@@ -526,15 +526,24 @@ fn looping_lines(text: &[String], cleaned: &[Cleaned]) -> Option<(usize, (String
             as_written.then(|| line.text.clone())
         })
         .collect();
-    let (start, unit) = repeated_lines(&written)?;
+    let (start, unit, what) = match repeated_lines(&written) {
+        Some((start, unit)) => (start, unit, "line"),
+        None => {
+            let (start, unit) = repeated_sentences(&written)?;
+            (start, unit, "sentence")
+        }
+    };
     let first = unit.first()?.trim().to_owned();
+    let group = match unit.len() {
+        1 => format!("1 {what}"),
+        n => format!("{n} {what}s"),
+    };
     Some((
         start,
         (
-            format!("repeats {} lines from {first:?}", unit.len()),
+            format!("repeats {group} from {first:?}"),
             format!(
-                "the output ends by printing the same {} lines over and over (from {first:?}) and the log names no error: a generation stuck in a loop",
-                unit.len()
+                "the output ends by printing the same {group} over and over (from {first:?}) and the log names no error: a generation stuck in a loop"
             ),
         ),
     ))

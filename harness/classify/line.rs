@@ -380,7 +380,18 @@ pub(crate) fn visible(raw: &[u8]) -> String {
     }
     let stripped = strip_ansi(line);
     let mut out = String::with_capacity(stripped.len());
+    let mut previous = ' ';
     for c in stripped.chars() {
+        // Chinese, Japanese and Korean prose puts no space around the English it quotes
+        // (`执行vllm就出现Illegal instruction`): a letter of those scripts is a word character, so
+        // no word boundary separates it from the message. A space where the scripts meet gives
+        // the rules their boundary back.
+        if is_cjk(previous) != is_cjk(c)
+            && (previous.is_ascii_alphanumeric() || c.is_ascii_alphanumeric())
+        {
+            out.push(' ');
+        }
+        previous = c;
         match c {
             '\t' => out.push('\t'),
             c if c.is_control() => out.push(' '),
@@ -403,6 +414,17 @@ pub(crate) fn visible(raw: &[u8]) -> String {
         out.drain(..residue);
     }
     out
+}
+
+/// A letter of a script written without spaces between words: Han, kana, Hangul.
+fn is_cjk(c: char) -> bool {
+    matches!(c,
+        '\u{3040}'..='\u{30FF}'
+            | '\u{3400}'..='\u{4DBF}'
+            | '\u{4E00}'..='\u{9FFF}'
+            | '\u{AC00}'..='\u{D7AF}'
+            | '\u{F900}'..='\u{FAFF}'
+    )
 }
 
 #[cfg(test)]

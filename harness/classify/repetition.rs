@@ -161,11 +161,59 @@ pub(crate) fn repeated_lines(lines: &[Option<String>]) -> Option<(usize, Vec<Str
     while kept.last().is_some_and(|(_, line)| *line == Some("```")) {
         kept.pop();
     }
-    (2..=MAX_LINE_PERIOD).find_map(|period| line_cycle(&kept, period))
+    (2..=MAX_LINE_PERIOD)
+        .find_map(|period| line_cycle(&kept, period, true))
+        .map(|(start, unit)| (kept[start].0, unit))
 }
 
-/// The group of `period` lines `kept` ends with, if it repeats often enough.
-fn line_cycle(kept: &[(usize, Option<&str>)], period: usize) -> Option<(usize, Vec<String>)> {
+/// Like [`repeated_lines`], for a generation whose loop does not keep to its lines: the same
+/// sentences, wrapped two or three to a line and in paragraphs (`We need to produce code ... We
+/// need to produce code ...`). The loop is looked for over sentences, and it must put two of them
+/// on one line at least: text that flows, not a program that prints one message a line (those
+/// lines are the polls and retries [`repeated_lines`] leaves alone). One sentence may loop alone.
+pub(crate) fn repeated_sentences(lines: &[Option<String>]) -> Option<(usize, Vec<String>)> {
+    let mut kept: Vec<(usize, Option<&str>)> = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        match line.as_deref().map(str::trim) {
+            None => kept.push((i, None)),
+            Some("" | "```") => {}
+            Some(text) => kept.extend(sentences(text).map(|sentence| (i, Some(sentence)))),
+        }
+    }
+    (1..=MAX_LINE_PERIOD).find_map(|period| {
+        let (start, unit) = line_cycle(&kept, period, false)?;
+        let looped = &kept[start..];
+        let shared = looped.windows(2).any(|pair| pair[0].0 == pair[1].0);
+        shared.then_some((kept[start].0, unit))
+    })
+}
+
+/// The sentences of `text`: split after `.`, `!` or `?` where a space follows.
+fn sentences(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let end = rest
+            .char_indices()
+            .zip(rest.chars().skip(1))
+            .find(|((_, c), next)| matches!(c, '.' | '!' | '?') && next.is_whitespace())
+            .map_or(rest.len(), |((i, c), _)| i + c.len_utf8());
+        let (sentence, tail) = rest.split_at(end);
+        rest = tail.trim_start();
+        Some(sentence.trim())
+    })
+}
+
+/// Where in `kept` the group of `period` lines it ends with starts, and the group, if it repeats
+/// often enough. `distinct` asks
+/// for two different lines in the group (one line printed over and over is a poll).
+fn line_cycle(
+    kept: &[(usize, Option<&str>)],
+    period: usize,
+    distinct: bool,
+) -> Option<(usize, Vec<String>)> {
     // The token limit may cut the last copy inside a line: a line that begins the one it
     // repeats is looked through.
     let cut = kept.len() > period
@@ -182,17 +230,12 @@ fn line_cycle(kept: &[(usize, Option<&str>)], period: usize) -> Option<(usize, V
         .iter()
         .map(|(_, line)| line.unwrap_or_default())
         .collect();
-    let distinct = unit.iter().any(|line| *line != unit[0]);
-    (distinct
+    let varied = !distinct || unit.iter().any(|line| *line != unit[0]);
+    (varied
         && unit
             .iter()
             .all(|line| is_prose(line) && !is_program_message(line)))
-    .then(|| {
-        (
-            kept[start].0,
-            unit.iter().map(|line| (*line).to_owned()).collect(),
-        )
-    })
+    .then(|| (start, unit.iter().map(|line| (*line).to_owned()).collect()))
 }
 
 /// What a program says over and over, not a model: a labelled line (`User:`, `Prompt:`,
@@ -231,7 +274,7 @@ fn is_prose(line: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{repeated_lines, repeated_phrase};
+    use super::{repeated_lines, repeated_phrase, repeated_sentences};
 
     #[test]
     fn a_phrase_said_over_and_over_is_found() {
@@ -323,6 +366,33 @@ mod tests {
             "    Wait, I'll output `json{\"Answer\": B}`.\n    Okay, I'll output `json{\"Answer\": \"B\"}`.\n".repeat(8)
         );
         assert!(repeated_lines(&lines(&fenced)).is_some());
+    }
+
+    #[test]
+    fn a_generation_looping_over_wrapped_sentences_is_found() {
+        let sentence = "We need to produce code that is a complete sketch that reacts to clicks.";
+        let text = format!(
+            "fails with multiple repetitions:\n{}",
+            format!("{sentence} {sentence}\n\n").repeat(3)
+        );
+        let (start, unit) = repeated_sentences(&lines(&text)).expect("a loop");
+        assert_eq!((start, unit), (1, vec![sentence.to_owned()]));
+        // Two sentences, one and a half to a line.
+        let pair = "The answer is five. Let me check that again.";
+        let text = format!("{pair} {pair} {pair}\n{pair} {pair} {pair}\n");
+        let (_, unit) = repeated_sentences(&lines(&text)).expect("a loop");
+        assert_eq!(unit.len(), 2);
+    }
+
+    #[test]
+    fn one_message_a_line_is_no_sentence_loop() {
+        // The same sentence once a line is a program saying it again, not a generation.
+        let status = "Still loading the model weights from the shared disk.\n".repeat(12);
+        assert_eq!(repeated_sentences(&lines(&status)), None);
+        let polls = "Waiting for the server. Waiting for the server.\n".repeat(6);
+        assert_eq!(repeated_sentences(&lines(&polls)), None);
+        let few = "It is fine. It is fine. It is fine.\n";
+        assert_eq!(repeated_sentences(&lines(few)), None);
     }
 
     #[test]
