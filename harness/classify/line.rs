@@ -139,6 +139,19 @@ static PREFIXES: LazyLock<Option<Prefixes>> = LazyLock::new(|| {
 static PY_WARNING: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"^\S+:\d+: [A-Z]\w*Warning:|^[A-Z]\w*Warning: ").ok());
 
+/// pytest's report of a test that did not fail: `SKIPPED [1] tests/x.py:12: <reason>` and
+/// `XFAIL tests/x.py::test - <reason>` (the short summary), `tests/x.py::test[bf16] SKIPPED
+/// (<reason>)`, `PASSED`, `XFAIL`, `XPASS` (verbose). A skip reason ("requires H100 GPUs", "No
+/// valid grouped GEMM tactic for this problem size") is the refusal a test expected, not the
+/// run's failure: the line is quiet, as an info line is. pytest writes these words in capitals
+/// only; "passed" in a sentence is no status.
+static PYTEST_STATUS: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(
+        r"^(?:SKIPPED|XFAIL|XPASS|PASSED)\b|^\S*\.py::\S*.*?\s(?:SKIPPED|XFAIL|XPASS|PASSED)\b",
+    )
+    .ok()
+});
+
 /// Ray's deduplication suffix (`[repeated 2x across cluster]`) and the right border of a rich
 /// console box.
 static SUFFIX: LazyLock<Option<Regex>> =
@@ -299,6 +312,9 @@ pub(crate) fn clean(raw: &[u8]) -> Cleaned {
     if level == Level::Unknown && PY_WARNING.as_ref().is_some_and(|re| re.is_match(&text)) {
         level = Level::Warning;
     }
+    if level == Level::Unknown && PYTEST_STATUS.as_ref().is_some_and(|re| re.is_match(&text)) {
+        level = Level::Info;
+    }
     if let Some(re) = SUFFIX.as_ref() {
         if let Some(m) = re.find(&text) {
             text.truncate(m.start());
@@ -310,10 +326,12 @@ pub(crate) fn clean(raw: &[u8]) -> Cleaned {
 }
 
 /// Whether a cleaned line is source code quoted by a traceback (`File "..."`, `raise X(...)`,
-/// `^^^^` markers): the exception line below it is the one that counts.
+/// `^^^^` markers) or by pytest (a `pytest.raises(...)` context names the error the test
+/// expects): the exception line below it is the one that counts.
 pub(crate) fn is_code(text: &str) -> bool {
     text.starts_with("File \"")
         || text.starts_with("raise ")
+        || text.contains("pytest.raises(")
         || text.starts_with("assert ")
         || text.chars().all(|c| matches!(c, '^' | '~' | ' '))
 }
@@ -650,6 +668,39 @@ mod tests {
     fn python_warnings_are_quiet() {
         let got = clean(b"/x/torch/cuda/__init__.py:209: UserWarning: sm_120 is not compatible");
         assert_eq!(got.level, Level::Warning);
+    }
+
+    #[test]
+    fn cjk_prose_is_spaced_from_the_english_it_quotes() {
+        assert_eq!(
+            text("执行vllm就出现Illegal instruction (core dumped),原因"),
+            "执行 vllm 就出现 Illegal instruction (core dumped),原因"
+        );
+        assert_eq!(text("答：北京是中国的首都。"), "答：北京是中国的首都。");
+        assert_eq!(text("RuntimeError: 显存不足"), "RuntimeError: 显存不足");
+    }
+
+    #[test]
+    fn pytest_statuses_of_tests_that_did_not_fail_are_quiet() {
+        for line in [
+            "SKIPPED [1] tests/gpu/test_fp8.py:12: h100 test (requires H100 GPUs)",
+            "tests/kernels/test_xqa.py::test_xqa[512-bf16] SKIPPED (Invalid head_dim: 512) [ 10%]",
+            "tests/quant/test_fp8.py::test_fp8_gemm[bf16] XFAIL (Device compute capability 9.x required)",
+            "XFAIL tests/test_moe.py::test_sm120 - unsupported on this arch",
+            "tests/test_ok.py::test_add PASSED",
+        ] {
+            assert_eq!(clean(line.as_bytes()).level, Level::Info, "{line}");
+        }
+        for line in [
+            "FAILED tests/test_moe.py::test_moe - RuntimeError: CUDA error: an illegal memory access was encountered",
+            "ERROR tests/test_moe.py - ModuleNotFoundError: No module named 'flashinfer'",
+            "RuntimeError: cuDNN error: if you passed in a non-contiguous input, call .contiguous()",
+        ] {
+            assert_ne!(clean(line.as_bytes()).level, Level::Info, "{line}");
+        }
+        assert!(is_code(&text(
+            "    with pytest.raises(ValueError, match=\"Invalid head_dim: 512\"):"
+        )));
     }
 
     #[test]
