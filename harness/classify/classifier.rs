@@ -334,6 +334,14 @@ impl Classifier {
                 }) {
                     Some((Signature::Oom, _)) if raised.is_some() => (raised, Some(first)),
                     Some((_, why)) => (Some(why), Some(first)),
+                    // A death reported with no weak line saying why: a complaint the process
+                    // might have survived (a background line) is then the best account of it.
+                    None if own == Signature::Unknown && raised.is_none() => {
+                        match background.clone() {
+                            Some(why) => (Some(why), Some(first)),
+                            None => (Some(first), None),
+                        }
+                    }
                     None => (Some(first), None),
                 }
             }
@@ -845,6 +853,29 @@ mod tests {
             "{bnb}torch.OutOfMemoryError: CUDA out of memory.\n"
         ));
         assert_eq!(oom.signature, Signature::Oom);
+    }
+
+    /// A death reported with no weak line saying why is accounted for by a background line
+    /// (TensorFlow's allocator failing at warning level in the actor that died); a generic
+    /// exception after the background line still decides.
+    #[test]
+    fn a_reported_death_takes_a_background_line_as_its_reason() {
+        let bfc = "(ModelWorker pid=1) 2022-11-12 18:21:06.985303: W external/org_tensorflow/tensorflow/core/common_runtime/bfc_allocator.cc:479] Allocator (GPU_0_bfc) ran out of memory trying to allocate 22.0KiB (rounded to 22528)requested by op\n";
+        let died = log(&format!(
+            "{bfc}(ModelWorker pid=1) ERROR worker.py:451 -- Exception raised in creation task: The actor died because of an error raised in its creation task, ray::ModelWorker.__init__()\n"
+        ));
+        assert_eq!(
+            (died.signature, died.rule.as_deref()),
+            (Signature::Oom, Some("bfc-allocator-oom"))
+        );
+        assert!(
+            died.evidence
+                .iter()
+                .any(|e| e.kind == "death_report" && e.value == "process-died"),
+            "{died:?}"
+        );
+        let raised = log(&format!("{bfc}KeyError: 'params'\n"));
+        assert_eq!(raised.signature, Signature::Unknown);
     }
 
     /// A stack dump shows a hang only where nothing failed: an exit by a crash signal did.

@@ -33,15 +33,20 @@ pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
     looping_phrase(line)
 }
 
-/// A quoted text made of exclamation marks only (`Generated text: '!!!!!!...`, `"content":
-/// "!!!!!!"`). `!` is token 0 of GPT-2's byte-level vocabulary and of those built on it (Qwen's
+/// An answer made of exclamation marks only (`Generated text: '!!!!!!...`, `"content":
+/// "!!!!!!"`): a quoted run after an output's label, not a prompt (a warm-up of token 0 echoes
+/// `prompt: '!!!!...'`) nor a user's message. `!` is token 0 of GPT-2's byte-level vocabulary and of those built on it (Qwen's
 /// among them), and token 0 is what an argmax returns over logits that are all NaN: a model whose
 /// kernels produce NaN prints `!` until the token limit. One character is no phrase for the loop
 /// check (a rule of `=====` is no generation); a quoted string of `!` alone is.
 fn token_zero_run(line: &str) -> bool {
-    static RUN: LazyLock<Option<Regex>> =
-        LazyLock::new(|| Regex::new(r#"["']!{16,}(?:["']|\s*$)"#).ok());
+    static RUN: LazyLock<Option<Regex>> = LazyLock::new(|| {
+        Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer)["']?\s*[:=]\s*["']!{16,}(?:["']|\s*$)"#).ok()
+    });
+    static ASKED: LazyLock<Option<Regex>> =
+        LazyLock::new(|| Regex::new(r#"(?i)["']role["']\s*:\s*["'](?:user|system)["']"#).ok());
     RUN.as_ref().is_some_and(|re| re.is_match(line))
+        && !ASKED.as_ref().is_some_and(|re| re.is_match(line))
 }
 
 /// The phrase `text` repeats at least [`MIN_COPIES`] times in a row, if any.
@@ -182,9 +187,15 @@ pub(crate) fn repeated_sentences(lines: &[Option<String>]) -> Option<(usize, Vec
     }
     (1..=MAX_LINE_PERIOD).find_map(|period| {
         let (start, unit) = line_cycle(&kept, period, false)?;
+        // A copy must end inside a line, the next one going on after it: a program line of two
+        // sentences printed again and again ("Server is not up yet. Sleeping for 10 seconds.")
+        // keeps each copy to its own line.
         let looped = &kept[start..];
-        let shared = looped.windows(2).any(|pair| pair[0].0 == pair[1].0);
-        shared.then_some((kept[start].0, unit))
+        let wraps = looped
+            .windows(2)
+            .enumerate()
+            .any(|(k, pair)| (k + 1) % period == 0 && pair[0].0 == pair[1].0);
+        wraps.then_some((kept[start].0, unit))
     })
 }
 
@@ -313,6 +324,10 @@ mod tests {
             format!("{bang} WARNING: the cache is cold {bang}"),
             format!("'{}' is not a valid mode", "!".repeat(8)),
             format!("print('{bang} done')"),
+            format!("Received request cmpl-1: prompt: '{bang}', params: SamplingParams(n=1)"),
+            format!("{{\"prompt\": \"{bang}\"}}"),
+            format!("+ echo '{bang}'"),
+            format!("{{\"role\": \"user\", \"content\": \"{bang}\"}}"),
         ] {
             assert_eq!(repeated_phrase(&line), None, "{line}");
         }
@@ -391,6 +406,10 @@ mod tests {
         assert_eq!(repeated_sentences(&lines(&status)), None);
         let polls = "Waiting for the server. Waiting for the server.\n".repeat(6);
         assert_eq!(repeated_sentences(&lines(&polls)), None);
+        let pairs = "Server is not up yet. Sleeping for ten seconds.\n".repeat(10);
+        assert_eq!(repeated_sentences(&lines(&pairs)), None);
+        let batch = "The capital of France is Paris. It is known for the Eiffel Tower.\n".repeat(8);
+        assert_eq!(repeated_sentences(&lines(&batch)), None);
         let few = "It is fine. It is fine. It is fine.\n";
         assert_eq!(repeated_sentences(&lines(few)), None);
     }
