@@ -4,7 +4,10 @@
 //! languages mixes systems too, but word by word (`Привет, 你好, 안녕하세요`); soup glues them
 //! together inside its words (`流行пут崖`, `семьסכום`). So a line is soup when it mixes four
 //! systems or more and at least two of its words mix two or more. Looked for only in the last
-//! lines the scan keeps, and only where no line of the log names a failure.
+//! lines the scan keeps, and only where no line of the log names a failure. Three systems are
+//! soup too where a word glues two that are not Latin (`blanksยะ你在inalg`: Thai and Han inside
+//! one word): Chinese or Japanese text quoting English runs into it (`使用vllm部署`), but no prose
+//! writes Thai into Chinese without a space.
 
 use unicode_script::{Script, UnicodeScript};
 
@@ -23,14 +26,25 @@ pub(crate) fn mixed_scripts(line: &str) -> Option<Vec<&'static str>> {
         .filter(|&(_, n)| n >= MIN_LETTERS)
         .map(|(script, _)| script.full_name())
         .collect();
-    if scripts.len() < MIN_SCRIPTS {
+    if scripts.len() < MIN_SCRIPTS - 1 {
         return None;
     }
-    let mixed_words = line
+    let words: Vec<Vec<(Script, usize)>> = line
         .split_whitespace()
-        .filter(|word| letter_counts(word).len() >= 2)
-        .count();
-    (mixed_words >= MIN_MIXED_WORDS).then_some(scripts)
+        .map(letter_counts)
+        .filter(|counts| counts.len() >= 2)
+        .collect();
+    let glued_non_latin = || {
+        words.iter().any(|counts| {
+            counts
+                .iter()
+                .filter(|(script, _)| *script != Script::Latin)
+                .count()
+                >= 2
+        })
+    };
+    let enough = scripts.len() >= MIN_SCRIPTS || glued_non_latin();
+    (enough && words.len() >= MIN_MIXED_WORDS).then_some(scripts)
 }
 
 /// Letters per writing system in `text`, in order of first appearance.
@@ -73,6 +87,13 @@ mod tests {
     }
 
     #[test]
+    fn three_scripts_glued_inside_a_word_are_soup() {
+        let soup = "'content': 'มนุษย์\")).orthand Cumberland mult撒以及有大量的imest dpもらえ)y blanksยะ你在inalg'";
+        let scripts = mixed_scripts(soup).expect("soup");
+        assert_eq!(scripts.len(), 3, "{scripts:?}");
+    }
+
+    #[test]
     fn multilingual_text_is_not_soup() {
         for line in [
             "Translate 'hello' into Russian: привет, and Japanese: こんにちは (konnichiwa)",
@@ -83,6 +104,9 @@ mod tests {
             "Generated text: 'Hello in other languages: Bonjour, Привет, 你好, こんにちは, 안녕하세요, مرحبا, שלום, नमस्ते.'",
             "Prompt: 'Say hello in Russian, Greek, Chinese and Korean.', Generated text: ' Привет! Γειά σου! 你好! 안녕하세요!'",
             "Supported languages: English, Deutsch, Русский, 中文, 日本語, 한국어, العربية, हिन्दी",
+            "使用vllm部署Qwen模型时报错，日志如下：CUDA error了",
+            "これはGPUのテストです。vLLMで実行するとerrorになります",
+            "模型输出：Привет是俄语的hello",
         ] {
             assert_eq!(mixed_scripts(line), None, "{line}");
         }
