@@ -362,7 +362,10 @@ impl Classifier {
         if let Some(out) = degenerate_output(&tail, &tail_text) {
             return out;
         }
-        if let Some(hit) = background {
+        // A complaint the process may survive is no account of a process killed by a signal
+        // (SIGKILL with no sign of memory, a crash): that stays unnamed.
+        let signalled = evidence.exit.as_ref().and_then(exit_signal).is_some();
+        if let Some(hit) = background.filter(|_| !signalled) {
             return self.name_hit(hit, DecidedBy::WeakLine);
         }
         let failed = evidence
@@ -853,6 +856,20 @@ mod tests {
             "{bnb}torch.OutOfMemoryError: CUDA out of memory.\n"
         ));
         assert_eq!(oom.signature, Signature::Oom);
+        // A process killed by a signal with no sign of why is not accounted for by a complaint
+        // it might have survived.
+        let complaint = "bitsandbytes library load error: Configured CUDA binary not found at /x/libbitsandbytes_cuda130.so\n";
+        let signalled = classify(
+            complaint,
+            Evidence {
+                exit: Some(Exit {
+                    code: None,
+                    signal: Some(9),
+                }),
+                watchdog: None,
+            },
+        );
+        assert_eq!(signalled.signature, Signature::Unknown);
     }
 
     /// A death reported with no weak line saying why is accounted for by a background line

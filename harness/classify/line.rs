@@ -84,7 +84,9 @@ const PREFIX_PATTERNS: &[&str] = &[
     // vLLM: `ERROR 02-21 06:30:25 core.py:291] `, `INFO 05-28 14:44:28 [shm_broadcast.py:681] `.
     r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+(?:\[[^\]]*\]|[\w./-]+:\d+\])\s?",
     // glog / c10: `[E822 16:31:16.131931664 ProcessGroupNCCL.cpp:632] `, `W1209 02:28:15.28 12 x.cc:1] `.
-    r"^\[?([EWIFD])\d{3,4}\s+\d\d:\d\d:\d\d(?:\.\d+)?(?:\s+\d+)?\s+[\w./-]+:\d+\]\s*",
+    // absl's (current XLA, JAX, TensorFlow) puts epoch seconds where glog puts the time of day:
+    // `W0000 00:00:1748720220.035048  27 x.cc:1] `.
+    r"^\[?([EWIFD])\d{3,4}\s+\d\d:\d\d:\d+(?:\.\d+)?(?:\s+\d+)?\s+[\w./-]+:\d+\]\s*",
     r"^\[([EWIFD]) [\w.-]+:\d+\]\s*",
     // TensorFlow-style: `W tensorflow/stream_executor/dso_loader.cc:64] `.
     r"^([EWIF]) [\w./-]+:\d+\]\s*",
@@ -662,6 +664,15 @@ mod tests {
         assert!(!is_plain(b"1;36m(VllmWorker rank=5 pid=1) x"));
         assert!(!is_plain(b"a\rb"));
         assert!(!is_plain("caf\u{e9}".as_bytes()));
+    }
+
+    #[test]
+    fn absl_lines_carry_their_level() {
+        let got = clean(b"W0000 00:00:1748720220.035048   27 cuda_dnn.cc:8310] Unable to register cuDNN factory");
+        assert_eq!(got.level, Level::Warning);
+        assert_eq!(got.text, "Unable to register cuDNN factory");
+        let got = clean(b"E0000 00:00:1743713172.513857  698835 pjrt_stream_executor_client.cc:3072] Execution of replica 0 failed");
+        assert_eq!(got.level, Level::Error);
     }
 
     #[test]

@@ -29,22 +29,38 @@ pub(crate) fn mixed_scripts(line: &str) -> Option<Vec<&'static str>> {
     if scripts.len() < MIN_SCRIPTS - 1 {
         return None;
     }
-    let words: Vec<Vec<(Script, usize)>> = line
+    let words: Vec<&str> = line
         .split_whitespace()
-        .map(letter_counts)
-        .filter(|counts| counts.len() >= 2)
+        .filter(|word| letter_counts(word).len() >= 2)
         .collect();
-    let glued_non_latin = || {
-        words.iter().any(|counts| {
-            counts
-                .iter()
-                .filter(|(script, _)| *script != Script::Latin)
-                .count()
-                >= 2
-        })
-    };
-    let enough = scripts.len() >= MIN_SCRIPTS || glued_non_latin();
+    let enough = scripts.len() >= MIN_SCRIPTS || words.iter().any(|word| glues_non_latin(word));
     (enough && words.len() >= MIN_MIXED_WORDS).then_some(scripts)
+}
+
+/// `word` holds runs of two letters or more of two writing systems that are not Latin. Korean
+/// counts as Han here: it glues its Hanja glosses to Hangul (`대한민국(大韓民國)`); a single Greek
+/// letter in Chinese or Japanese text is a symbol (`α角`, `β版`), not a word.
+fn glues_non_latin(word: &str) -> bool {
+    let mut long_runs: Vec<Script> = Vec::new();
+    let mut run: Option<(Script, usize)> = None;
+    for c in word.chars().chain(std::iter::once(' ')) {
+        let script = c.is_alphabetic().then(|| match writing_system(c) {
+            Script::Hangul => Script::Han,
+            other => other,
+        });
+        match (run, script) {
+            (Some((current, n)), Some(next)) if current == next => run = Some((current, n + 1)),
+            _ => {
+                if let Some((done, n)) = run {
+                    if n >= MIN_LETTERS && done != Script::Latin && !long_runs.contains(&done) {
+                        long_runs.push(done);
+                    }
+                }
+                run = script.map(|next| (next, 1));
+            }
+        }
+    }
+    long_runs.len() >= 2
 }
 
 /// Letters per writing system in `text`, in order of first appearance.
@@ -107,6 +123,10 @@ mod tests {
             "使用vllm部署Qwen模型时报错，日志如下：CUDA error了",
             "これはGPUのテストです。vLLMで実行するとerrorになります",
             "模型输出：Привет是俄语的hello",
+            "Generated text: ' 일본국(日本国), 약칭 일본(日本)은 동아시아 태평양에 있는 일본 열도의 큰 섬들로 구성된 나라이다.'",
+            "{\"text\":\"解：由题意得α+β=90°，所以sin²α+sin²β=1，答案为1。\"}",
+            "设α角为30°，则β角为60°，所以sinα=0.5。电阻R=10Ω，其中Ω为欧姆",
+            "本ソフトはα版とβ版があります。vLLMで動作確認済み。v2.0ではβ版のみ提供。",
         ] {
             assert_eq!(mixed_scripts(line), None, "{line}");
         }
