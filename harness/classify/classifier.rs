@@ -872,6 +872,35 @@ mod tests {
         assert_eq!(signalled.signature, Signature::Unknown);
     }
 
+    /// The traceback a library logs with a complaint it survives is part of the complaint: its
+    /// failure of the same kind is no fatal line, and a later failure still decides.
+    #[test]
+    fn a_survived_complaint_covers_its_logged_traceback() {
+        let bnb = "Could not load bitsandbytes native library: libcusparse.so.12: cannot open shared object file: No such file or directory\n\
+            Traceback (most recent call last):\n\
+            \x20 File \"/venv/lib/python3.11/site-packages/bitsandbytes/cextension.py\", line 85, in <module>\n\
+            \x20   lib = get_native_library()\n\
+            OSError: libcusparse.so.12: cannot open shared object file: No such file or directory\n";
+        let oom = log(&format!(
+            "{bnb}torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+        ));
+        assert_eq!(oom.signature, Signature::Oom);
+        let alone = log(bnb);
+        assert_eq!(
+            (alone.signature, alone.rule.as_deref()),
+            (
+                Signature::DependencyError,
+                Some("bitsandbytes-load-traceback")
+            )
+        );
+        // Past the lines it covers, the same failure is a failure of its own.
+        let later = log(&format!(
+            "{bnb}{}ImportError: libcudart.so.12: cannot open shared object file: No such file or directory\n",
+            "step\n".repeat(20)
+        ));
+        assert_eq!(later.rule.as_deref(), Some("shared-library"));
+    }
+
     /// A death reported with no weak line saying why is accounted for by a background line
     /// (TensorFlow's allocator failing at warning level in the actor that died); a generic
     /// exception after the background line still decides.

@@ -81,6 +81,8 @@ pub(crate) struct RuleSpec {
     pub(crate) code: bool,
     #[serde(default)]
     pub(crate) only_without_errors: bool,
+    #[serde(default)]
+    pub(crate) covers: u32,
     pub(crate) explanation: String,
     #[serde(default)]
     pub(crate) hint: Option<String>,
@@ -121,6 +123,10 @@ pub(crate) struct Rule {
     /// A hang rule that decides only when the log has no error line at all (a stack dump is a
     /// hang only if nothing crashed).
     pub(crate) only_without_errors: bool,
+    /// (background rules) Lines after the complaint that still belong to it: the traceback a
+    /// library logs with its warning. A fatal line of the same signature within them is read as
+    /// part of the complaint, which the process survived.
+    pub(crate) covers: u32,
     pub(crate) explanation: Option<String>,
     pub(crate) hint: Option<String>,
 }
@@ -205,6 +211,7 @@ impl Table {
                 unless: None,
                 code: false,
                 only_without_errors: false,
+                covers: 0,
                 explanation: Some(
                     r.explanation.clone().unwrap_or_else(|| {
                         format!("matched the matrix file's rule `{}`", r.pattern)
@@ -236,6 +243,7 @@ impl Table {
                 unless,
                 code: spec.code,
                 only_without_errors: spec.only_without_errors,
+                covers: spec.covers,
                 explanation: Some(spec.explanation.clone()),
                 hint: spec.hint.clone(),
             });

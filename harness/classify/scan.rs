@@ -472,6 +472,9 @@ struct Sequencer<'t> {
     dense: usize,
     /// Last line seen of each context tag, and the rule that saw it.
     context: Vec<(String, u64, usize)>,
+    /// The last line a survived complaint's traceback may reach, and the complaint's signature
+    /// (a background rule's `covers`).
+    covered: Option<(u64, Signature)>,
     /// The last lines before the current block, displayed and as written.
     recent: VecDeque<(String, String)>,
 }
@@ -485,6 +488,7 @@ impl<'t> Sequencer<'t> {
             first_strong: None,
             dense: 0,
             context: Vec::new(),
+            covered: None,
             recent: VecDeque::with_capacity(TAIL_TEXT_LINES + 1),
         }
     }
@@ -596,6 +600,27 @@ impl<'t> Sequencer<'t> {
             }
         }
 
+        // The traceback a library logged with a complaint it survived (bitsandbytes' `OSError:
+        // ... cannot open shared object file` after "Could not load bitsandbytes native
+        // library") is the complaint again, not a failure: its exception line (a failure of the
+        // complaint's kind, or a generic exception) is absorbed, and the traceback ends there.
+        let absorbed = self.covered.is_some_and(|(until, sig)| {
+            line_no <= until
+                && (strong.is_some_and(|s| table.rules[s].signature == sig)
+                    || (strong.is_none() && weak.is_some()))
+        });
+        let (strong, weak) = if absorbed {
+            self.covered = None;
+            (None, None)
+        } else {
+            (strong, weak)
+        };
+        if let Some(b) = background.filter(|&b| table.rules[b].covers > 0) {
+            self.covered = Some((
+                line_no + u64::from(table.rules[b].covers),
+                table.rules[b].signature,
+            ));
+        }
         let strong = strong.filter(|&index| match (&self.found.strong, self.first_strong) {
             (Some(current), Some((first, reach))) => {
                 line_no <= first + reach && table.precedence(index) > table.precedence(current.rule)

@@ -21,6 +21,8 @@ const MIN_LETTERS: usize = 2;
 /// The writing systems `line` mixes, by name, if it is soup: at least [`MIN_SCRIPTS`] systems,
 /// and at least [`MIN_MIXED_WORDS`] words that each mix two.
 pub(crate) fn mixed_scripts(line: &str) -> Option<Vec<&'static str>> {
+    let symbols_out = without_greek_symbols(line);
+    let line = symbols_out.as_ref();
     let scripts: Vec<&'static str> = letter_counts(line)
         .into_iter()
         .filter(|&(_, n)| n >= MIN_LETTERS)
@@ -61,6 +63,26 @@ fn glues_non_latin(word: &str) -> bool {
         }
     }
     long_runs.len() >= 2
+}
+
+/// `line` with its Greek letters taken out where none of them forms a word of three letters:
+/// maths and physics write single Greek letters, or two, as symbols (`α+β`, `αβ坐标系`, `10Ω`),
+/// in any language's text.
+fn without_greek_symbols(line: &str) -> std::borrow::Cow<'_, str> {
+    let is_greek = |c: char| c.is_alphabetic() && c.script() == Script::Greek;
+    let mut run = 0;
+    let greek_word = line.chars().any(|c| {
+        run = if is_greek(c) { run + 1 } else { 0 };
+        run >= 3
+    });
+    if greek_word || !line.chars().any(is_greek) {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    std::borrow::Cow::Owned(
+        line.chars()
+            .map(|c| if is_greek(c) { ' ' } else { c })
+            .collect(),
+    )
 }
 
 /// Letters per writing system in `text`, in order of first appearance.
@@ -127,6 +149,8 @@ mod tests {
             "{\"text\":\"解：由题意得α+β=90°，所以sin²α+sin²β=1，答案为1。\"}",
             "设α角为30°，则β角为60°，所以sinα=0.5。电阻R=10Ω，其中Ω为欧姆",
             "本ソフトはα版とβ版があります。vLLMで動作確認済み。v2.0ではβ版のみ提供。",
+            "Generated text: \"두 근을 α, β라 하면 α+β=-b/a 이고 αβ값은 c/a 이다 (Vieta).\"",
+            "Clarke 变换将 abc 坐标系转换到αβ坐标系，Park 变换再将αβ坐标系转换到 dq 坐标系。",
         ] {
             assert_eq!(mixed_scripts(line), None, "{line}");
         }
