@@ -105,6 +105,9 @@ const PREFIX_PATTERNS: &[&str] = &[
     // Hydra's default (NeMo, Lightning apps), after its timestamp: `[torch.distributed][INFO] - `.
     r"^\[[\w.]+\]\[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\] - ",
     r"^\|?\s*(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s*\|\s*(?:[\w.:-]+\s*\|\s*)?",
+    // pytest's short summary restates a test's exception after its id: `FAILED tests/x.py::test_y[bf16]
+    // - TimeoutError: ...`, `ERROR tests/x.py - ModuleNotFoundError: ...`.
+    r"^(?:FAILED|(ERROR)) \S+(?:::\S+|\.py) - ",
     // `ERROR: `, `WARNING:root:`, `INFO:     ` (pip, logging.basicConfig, uvicorn).
     r"^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b(?::[\w.]*:|:|\])?\s*",
     // pytest's failure lines: `E       AssertionError: ...`.
@@ -679,6 +682,24 @@ mod tests {
     fn python_warnings_are_quiet() {
         let got = clean(b"/x/torch/cuda/__init__.py:209: UserWarning: sm_120 is not compatible");
         assert_eq!(got.level, Level::Warning);
+    }
+
+    #[test]
+    fn pytest_summary_lines_give_the_exception_its_line() {
+        let got = clean(b"FAILED tests/gpu/test_engine.py::test_gen[tp2_pp1] - TimeoutError: Server at localhost:49687 did not come online within 200 seconds");
+        assert_eq!(
+            got.text,
+            "TimeoutError: Server at localhost:49687 did not come online within 200 seconds"
+        );
+        let got =
+            clean(b"ERROR tests/test_moe.py - ModuleNotFoundError: No module named 'flashinfer'");
+        assert_eq!(
+            (got.text.as_str(), got.level),
+            (
+                "ModuleNotFoundError: No module named 'flashinfer'",
+                Level::Error
+            )
+        );
     }
 
     #[test]
