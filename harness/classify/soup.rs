@@ -44,21 +44,33 @@ pub(crate) fn mixed_scripts(line: &str) -> Option<Vec<&'static str>> {
 /// letter in Chinese or Japanese text is a symbol (`α角`, `β版`), not a word.
 fn glues_non_latin(word: &str) -> bool {
     let mut long_runs: Vec<Script> = Vec::new();
-    let mut run: Option<(Script, usize)> = None;
+    // The run of one writing system being read: its system, its letters, and whether it is a
+    // capitalised word so far (an upper-case letter, then lower-case ones).
+    let mut run: Option<(Script, usize, bool)> = None;
     for c in word.chars().chain(std::iter::once(' ')) {
         let script = c.is_alphabetic().then(|| match writing_system(c) {
             Script::Hangul => Script::Han,
             other => other,
         });
         match (run, script) {
-            (Some((current, n)), Some(next)) if current == next => run = Some((current, n + 1)),
+            (Some((current, n, named)), Some(next)) if current == next => {
+                run = Some((current, n + 1, named && c.is_lowercase()));
+            }
             _ => {
-                if let Some((done, n)) = run {
-                    if n >= MIN_LETTERS && done != Script::Latin && !long_runs.contains(&done) {
+                if let Some((done, n, named)) = run {
+                    // A capitalised word of a cased script is a name or a quoted word
+                    // (`Привет是最常用的问候语`: Chinese puts no space around it); soup's
+                    // fragments are cut out of words (`февра雄`).
+                    let quoted = named && n >= MIN_LETTERS;
+                    if n >= MIN_LETTERS
+                        && done != Script::Latin
+                        && !quoted
+                        && !long_runs.contains(&done)
+                    {
                         long_runs.push(done);
                     }
                 }
-                run = script.map(|next| (next, 1));
+                run = script.map(|next| (next, 1, c.is_uppercase()));
             }
         }
     }
@@ -151,6 +163,7 @@ mod tests {
             "本ソフトはα版とβ版があります。vLLMで動作確認済み。v2.0ではβ版のみ提供。",
             "Generated text: \"두 근을 α, β라 하면 α+β=-b/a 이고 αβ값은 c/a 이다 (Vieta).\"",
             "Clarke 变换将 abc 坐标系转换到αβ坐标系，Park 变换再将αβ坐标系转换到 dq 坐标系。",
+            "Generated text: '俄语的“Привет”就是英语的 hello，意思是“你好”。Привет是最常用的问候语。'",
         ] {
             assert_eq!(mixed_scripts(line), None, "{line}");
         }
