@@ -117,6 +117,8 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^\w[\w.-]*\s+\|\s?",
     // rich console boxes: `│ ERROR 09-27 ... │`.
     r"^[│┃║]\s*",
+    // A markdown quote, as issue threads paste logs (`> Traceback ...`); not Python's `>>>`.
+    r"^>(?:[ \t]|$)",
     // srun --label: `0: `.
     r"^\d{1,4}:\s+",
     r"^\s+",
@@ -700,6 +702,15 @@ mod tests {
                 Level::Error
             )
         );
+    }
+
+    #[test]
+    fn markdown_quotes_are_stripped_but_not_python_prompts() {
+        assert_eq!(
+            text("> Traceback for thread 155620 (ray::RayWorkerW) [] (most recent call last):"),
+            "Traceback for thread 155620 (ray::RayWorkerW) [] (most recent call last):"
+        );
+        assert_eq!(text(">>> import torch"), ">>> import torch");
     }
 
     #[test]
