@@ -107,7 +107,7 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^\|?\s*(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s*\|\s*(?:[\w.:-]+\s*\|\s*)?",
     // pytest's short summary restates a test's exception after its id: `FAILED tests/x.py::test_y[bf16]
     // - TimeoutError: ...`, `ERROR tests/x.py - ModuleNotFoundError: ...`.
-    r"^(?:FAILED|(ERROR)) \S+(?:::\S+|\.py) - ",
+    r"^(?:FAILED|(ERROR)) [^\s\[]+(?:\[[^\]]*\])? - ",
     // `ERROR: `, `WARNING:root:`, `INFO:     ` (pip, logging.basicConfig, uvicorn).
     r"^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b(?::[\w.]*:|:|\])?\s*",
     // pytest's failure lines: `E       AssertionError: ...`.
@@ -148,13 +148,15 @@ static PY_WARNING: LazyLock<Option<Regex>> =
 
 /// pytest's report of a test that did not fail: `SKIPPED [1] tests/x.py:12: <reason>` and
 /// `XFAIL tests/x.py::test - <reason>` (the short summary), `tests/x.py::test[bf16] SKIPPED
-/// (<reason>)`, `PASSED`, `XFAIL`, `XPASS` (verbose). A skip reason ("requires H100 GPUs", "No
+/// (<reason>)`, `PASSED`, `XFAIL`, `XPASS` (verbose), and the verbose `FAILED` / `ERROR` of a
+/// test, which names only the test (its id may hold any words: `test_x[CUDA out of memory]`;
+/// the short summary restates the exception). A skip reason ("requires H100 GPUs", "No
 /// valid grouped GEMM tactic for this problem size") is the refusal a test expected, not the
 /// run's failure: the line is quiet, as an info line is. pytest writes these words in capitals
 /// only; "passed" in a sentence is no status.
 static PYTEST_STATUS: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(
-        r"^(?:SKIPPED|XFAIL|XPASS|PASSED)\b|^\S*\.py::\S*.*?\s(?:SKIPPED|XFAIL|XPASS|PASSED)\b",
+        r"^(?:SKIPPED|XFAIL|XPASS|PASSED)\b|^\S*\.py::\S*.*?\s(?:SKIPPED|XFAIL|XPASS|PASSED|FAILED|ERROR)\b|^(?:FAILED|ERROR) [^\s\[]+(?:\[[^\]]*\])?\s*$",
     )
     .ok()
 });
@@ -693,6 +695,13 @@ mod tests {
             got.text,
             "TimeoutError: Server at localhost:49687 did not come online within 200 seconds"
         );
+        let got = clean(b"FAILED tests/test_errors.py::test_classify[CUDA out of memory] - AssertionError: assert 'oom' == 'unknown'");
+        assert_eq!(got.text, "AssertionError: assert 'oom' == 'unknown'");
+        let verbose =
+            clean(b"tests/test_errors.py::test_classify[CUDA out of memory] FAILED [ 50%]");
+        assert_eq!(verbose.level, Level::Info);
+        let bare = clean(b"FAILED tests/test_errors.py::test_classify[CUDA out of memory]");
+        assert_eq!(bare.level, Level::Info);
         let got =
             clean(b"ERROR tests/test_moe.py - ModuleNotFoundError: No module named 'flashinfer'");
         assert_eq!(

@@ -603,11 +603,12 @@ impl<'t> Sequencer<'t> {
         // The traceback a library logged with a complaint it survived (bitsandbytes' `OSError:
         // ... cannot open shared object file` after "Could not load bitsandbytes native
         // library") is the complaint again, not a failure: its exception line (a failure of the
-        // complaint's kind, or a generic exception) is absorbed, and the traceback ends there.
+        // complaint's kind, or the OSError a failed library load raises) is absorbed, and the
+        // traceback ends there. Another exception in the window is a failure of its own.
         let absorbed = self.covered.is_some_and(|(until, sig)| {
             line_no <= until
                 && (strong.is_some_and(|s| table.rules[s].signature == sig)
-                    || (strong.is_none() && weak.is_some()))
+                    || (strong.is_none() && weak.is_some() && cleaned.text.starts_with("OSError")))
         });
         let (strong, weak) = if absorbed {
             self.covered = None;
