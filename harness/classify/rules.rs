@@ -555,6 +555,30 @@ mod tests {
         );
     }
 
+    /// The trigger words are what keeps the scan fast: a word that healthy serving lines hold
+    /// (`.py:` is in every vLLM log line) sends each of them through the rules.
+    #[test]
+    fn trigger_words_pass_over_healthy_serving_lines() {
+        let file = parse_builtin().expect("rules.toml parses");
+        let Some(Trigger::Words(words)) = trigger(&file.triggers, &[]).expect("triggers build")
+        else {
+            panic!("the built-in triggers are plain words");
+        };
+        for line in [
+            "INFO 05-28 14:44:28 [loggers.py:116] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 41.2 tokens/s, Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: 2.1%, Prefix cache hit rate: 0.0%",
+            "INFO 05-28 14:44:28 [async_llm.py:261] Added request chatcmpl-6d4c0f.",
+            "(APIServer pid=81599) INFO:     127.0.0.1:56038 - \"POST /v1/chat/completions HTTP/1.1\" 200 OK",
+            "node-0:2874:7128 [3] NCCL INFO Channel 00/0 : 3[3] -> 4[4] via P2P/CUMEM/read",
+            "[2025-12-09 02:28:15 TP0] Decode batch. #running-req: 12, #token: 4096, token usage: 0.05, gen throughput (token/s): 812.33, #queue-req: 0",
+            "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.12s/it]",
+        ] {
+            assert!(
+                words.find(line.as_bytes()).is_none(),
+                "a trigger word matches a healthy line: {line}"
+            );
+        }
+    }
+
     /// The raw-line prefilter is only as good as its weakest pattern: one that cannot be relaxed
     /// would match every line.
     #[test]
