@@ -287,10 +287,31 @@ pub(crate) fn surely_quiet(raw: &[u8], cache: &mut QuietCache) -> bool {
     quiet_prefix(raw, cache).is_some()
 }
 
+/// A structured log record on one line, as `tracing`'s JSON output writes it (TGI's
+/// `--json-output`: `{"timestamp":...,"level":"INFO","fields":{"message":"..."},...}`): its
+/// message and its level, the escapes undone.
+fn json_record(text: &str) -> Option<(String, Level)> {
+    let trimmed = text.trim();
+    if !(trimmed.starts_with('{') && trimmed.ends_with('}') && trimmed.contains("\"level\"")) {
+        return None;
+    }
+    let record: serde_json::Value = serde_json::from_str(trimmed).ok()?;
+    let level = Level::from_word(record.get("level")?.as_str()?);
+    let message = record
+        .get("message")
+        .or_else(|| record.get("fields")?.get("message"))?
+        .as_str()?;
+    Some((message.to_owned(), level))
+}
+
 /// Prepares a raw line (without its newline) for the rules.
 pub(crate) fn clean(raw: &[u8]) -> Cleaned {
     let mut text = visible(raw);
     let mut level = Level::Unknown;
+    if let Some((message, record_level)) = json_record(&text) {
+        text = message;
+        level = record_level;
+    }
     if let Some(prefixes) = PREFIXES.as_ref() {
         for _ in 0..16 {
             // The first pattern in list order that applies (the set says which, in one pass).
@@ -711,6 +732,29 @@ mod tests {
                 Level::Error
             )
         );
+    }
+
+    #[test]
+    fn json_records_give_their_message_and_level() {
+        let got = clean(br#"{"timestamp":"2023-06-02T14:12:35.001957Z","level":"INFO","fields":{"message":"GPU does not support FP8, using Marlin FP8 kernel"},"target":"text_generation_launcher"}"#);
+        assert_eq!(
+            (got.text.as_str(), got.level),
+            (
+                "GPU does not support FP8, using Marlin FP8 kernel",
+                Level::Info
+            )
+        );
+        let got = clean(br#"{"timestamp":"2025-08-29T14:40:17Z","level":"ERROR","message":"RuntimeError: CUDA error: an illegal memory access was encountered","target":"text_generation_router"}"#);
+        assert_eq!(
+            (got.text.as_str(), got.level),
+            (
+                "RuntimeError: CUDA error: an illegal memory access was encountered",
+                Level::Error
+            )
+        );
+        // A printed dict or a JSON answer is no log record.
+        let answer = r#"{"choices": [{"message": {"content": "Paris"}}]}"#;
+        assert_eq!(text(answer), answer);
     }
 
     #[test]
