@@ -250,11 +250,9 @@ impl Classifier {
         }
         // A process that died of a crash signal crashed: a stack dump in its log is no sign of a
         // hang (those rules look only at logs where nothing failed).
-        let crashed = evidence
-            .exit
-            .as_ref()
-            .and_then(exit_signal)
-            .is_some_and(|signal| matches!(signal, SIGSEGV | SIGBUS | SIGILL | SIGFPE));
+        let exit_signal = evidence.exit.as_ref().and_then(exit_signal);
+        let crashed =
+            exit_signal.is_some_and(|signal| matches!(signal, SIGSEGV | SIGBUS | SIGILL | SIGFPE));
         let errors_seen = weak.is_some() || crashed;
         if let Some(seen) = hangs.into_iter().find(|h| {
             let rule = &self.table.rules[h.first.rule];
@@ -284,7 +282,7 @@ impl Classifier {
             .flatten()
             .filter(|e| first_of(Signature::Oom).is_some_and(|killed| e.line < killed.line))
             .min_by_key(|e| e.line);
-        if let Some(signal) = evidence.exit.as_ref().and_then(exit_signal) {
+        if let Some(signal) = exit_signal {
             match signal {
                 SIGKILL if raised.is_none() => {
                     if let Some(hit) = first_of(Signature::Oom) {
@@ -364,8 +362,7 @@ impl Classifier {
         }
         // A complaint the process may survive is no account of a process killed by a signal
         // (SIGKILL with no sign of memory, a crash): that stays unnamed.
-        let signalled = evidence.exit.as_ref().and_then(exit_signal).is_some();
-        if let Some(hit) = background.filter(|_| !signalled) {
+        if let Some(hit) = background.filter(|_| exit_signal.is_none()) {
             return self.name_hit(hit, DecidedBy::WeakLine);
         }
         let failed = evidence

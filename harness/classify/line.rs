@@ -428,13 +428,15 @@ pub(crate) fn visible(raw: &[u8]) -> String {
     }
     let stripped = strip_ansi(line);
     let mut out = String::with_capacity(stripped.len());
+    // Chinese, Japanese and Korean prose puts no space around the English it quotes
+    // (`执行vllm就出现Illegal instruction`): a letter of those scripts is a word character, so no
+    // word boundary separates it from the message. A space where the scripts meet gives the rules
+    // their boundary back. An ASCII line has no such letter to look for.
+    let spaced = !stripped.is_ascii();
     let mut previous = ' ';
     for c in stripped.chars() {
-        // Chinese, Japanese and Korean prose puts no space around the English it quotes
-        // (`执行vllm就出现Illegal instruction`): a letter of those scripts is a word character, so
-        // no word boundary separates it from the message. A space where the scripts meet gives
-        // the rules their boundary back.
-        if is_cjk(previous) != is_cjk(c)
+        if spaced
+            && is_cjk(previous) != is_cjk(c)
             && (previous.is_ascii_alphanumeric() || c.is_ascii_alphanumeric())
         {
             out.push(' ');

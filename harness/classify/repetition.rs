@@ -35,9 +35,9 @@ pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
 
 /// An answer made of exclamation marks only (`Generated text: '!!!!!!...`, `"content":
 /// "!!!!!!"`): a quoted run after an output's label, not a prompt (a warm-up of token 0 echoes
-/// `prompt: '!!!!...'`) nor a user's message. `!` is token 0 of GPT-2's byte-level vocabulary and of those built on it (Qwen's
-/// among them), and token 0 is what an argmax returns over logits that are all NaN: a model whose
-/// kernels produce NaN prints `!` until the token limit. One character is no phrase for the loop
+/// `prompt: '!!!!...'`) nor a user's message. `!` is token 0 of GPT-2's byte-level vocabulary and
+/// of those built on it (Qwen's among them), and token 0 is what an argmax returns over logits
+/// that are all NaN: a model whose kernels produce NaN prints `!` until the token limit. One character is no phrase for the loop
 /// check (a rule of `=====` is no generation); a quoted string of `!` alone is.
 fn token_zero_run(line: &str) -> bool {
     static RUN: LazyLock<Option<Regex>> = LazyLock::new(|| {
@@ -218,8 +218,8 @@ fn sentences(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// Where in `kept` the group of `period` lines it ends with starts, and the group, if it repeats
-/// often enough. `distinct` asks
-/// for two different lines in the group (one line printed over and over is a poll).
+/// often enough. `distinct` asks for two different lines in the group (one line printed over and
+/// over is a poll).
 fn line_cycle(
     kept: &[(usize, Option<&str>)],
     period: usize,
