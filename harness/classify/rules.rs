@@ -83,6 +83,8 @@ pub(crate) struct RuleSpec {
     pub(crate) only_without_errors: bool,
     #[serde(default)]
     pub(crate) covers: u32,
+    #[serde(default)]
+    pub(crate) covers_exception: Option<String>,
     pub(crate) explanation: String,
     #[serde(default)]
     pub(crate) hint: Option<String>,
@@ -127,6 +129,9 @@ pub(crate) struct Rule {
     /// library logs with its warning. A fatal line of the same signature within them is read as
     /// part of the complaint, which the process survived.
     pub(crate) covers: u32,
+    /// (background rules) An exception line of another kind the covered traceback ends with
+    /// (`OSError`, what a failed library load raises), absorbed as well.
+    pub(crate) covers_exception: Option<String>,
     pub(crate) explanation: Option<String>,
     pub(crate) hint: Option<String>,
 }
@@ -212,6 +217,7 @@ impl Table {
                 code: false,
                 only_without_errors: false,
                 covers: 0,
+                covers_exception: None,
                 explanation: Some(
                     r.explanation.clone().unwrap_or_else(|| {
                         format!("matched the matrix file's rule `{}`", r.pattern)
@@ -244,6 +250,7 @@ impl Table {
                 code: spec.code,
                 only_without_errors: spec.only_without_errors,
                 covers: spec.covers,
+                covers_exception: spec.covers_exception.clone(),
                 explanation: Some(spec.explanation.clone()),
                 hint: spec.hint.clone(),
             });

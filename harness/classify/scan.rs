@@ -474,7 +474,7 @@ struct Sequencer<'t> {
     context: Vec<(String, u64, usize)>,
     /// The last line a survived complaint's traceback may reach, and the complaint's signature
     /// (a background rule's `covers`).
-    covered: Option<(u64, Signature)>,
+    covered: Option<(u64, usize)>,
     /// The last lines before the current block, displayed and as written.
     recent: VecDeque<(String, String)>,
 }
@@ -603,12 +603,18 @@ impl<'t> Sequencer<'t> {
         // The traceback a library logged with a complaint it survived (bitsandbytes' `OSError:
         // ... cannot open shared object file` after "Could not load bitsandbytes native
         // library") is the complaint again, not a failure: its exception line (a failure of the
-        // complaint's kind, or the OSError a failed library load raises) is absorbed, and the
-        // traceback ends there. Another exception in the window is a failure of its own.
-        let absorbed = self.covered.is_some_and(|(until, sig)| {
+        // complaint's kind, or the rule's `covers-exception`) is absorbed, and the traceback
+        // ends there. Another exception in the window is a failure of its own.
+        let absorbed = self.covered.is_some_and(|(until, by)| {
+            let by = &table.rules[by];
             line_no <= until
-                && (strong.is_some_and(|s| table.rules[s].signature == sig)
-                    || (strong.is_none() && weak.is_some() && cleaned.text.starts_with("OSError")))
+                && (strong.is_some_and(|s| table.rules[s].signature == by.signature)
+                    || (strong.is_none()
+                        && weak.is_some()
+                        && by
+                            .covers_exception
+                            .as_deref()
+                            .is_some_and(|e| cleaned.text.starts_with(e))))
         });
         let (strong, weak) = if absorbed {
             self.covered = None;
@@ -617,10 +623,7 @@ impl<'t> Sequencer<'t> {
             (strong, weak)
         };
         if let Some(b) = background.filter(|&b| table.rules[b].covers > 0) {
-            self.covered = Some((
-                line_no + u64::from(table.rules[b].covers),
-                table.rules[b].signature,
-            ));
+            self.covered = Some((line_no + u64::from(table.rules[b].covers), b));
         }
         let strong = strong.filter(|&index| match (&self.found.strong, self.first_strong) {
             (Some(current), Some((first, reach))) => {
