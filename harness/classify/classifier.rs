@@ -16,7 +16,7 @@
 use super::explain::{self, Clue, ClueKind, DecidedBy};
 use super::fingerprint::fingerprint;
 use super::line::{Cleaned, Level, clean};
-use super::repetition::{repeated_lines, repeated_phrase, repeated_sentences};
+use super::repetition::{repeated_lines, repeated_phrase, repeated_sentences, token_zero_run};
 use super::rules::Table;
 use super::scan::{self, Excerpt, Findings, Hit};
 use super::soup::mixed_scripts;
@@ -477,29 +477,34 @@ const REPEATED_LINES: &str = "repeated-lines";
 fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> {
     let cleaned: Vec<Cleaned> = text.iter().map(|l| clean(l.as_bytes())).collect();
     // `text` ends with the excerpt's lines: the line checks look at those, the loop over whole
-    // lines at all of `text`.
+    // lines at all of `text`, and so does the run of `!` after an output's label, which is no
+    // healthy line anywhere (a response printed as indented JSON ends with its metadata).
     let first_shown = text.len().saturating_sub(tail.lines.len());
-    let first = |check: &dyn Fn(&str) -> Option<(String, String)>| {
+    let first = |from: usize, check: &dyn Fn(&str) -> Option<(String, String)>| {
         cleaned
             .iter()
             .enumerate()
-            .skip(first_shown)
+            .skip(from)
             .find_map(|(i, line)| check(&line.text).map(|found| (i, found)))
     };
-    let (rule, (index, (what, why))) = first(&|line| {
-        repeated_phrase(line).map(|phrase| {
-            let phrase = phrase.trim().to_owned();
-            let why = if phrase == "!" {
-                "the output is `!` over and over (token 0 of GPT-2-style vocabularies, what an argmax over NaN logits picks) and the log names no error: a degenerate generation".to_owned()
-            } else {
-                format!("the output repeats one phrase over and over ({phrase:?}) and the log names no error: a degenerate generation")
-            };
-            (format!("repeats {phrase:?}"), why)
-        })
+    let repeats = |phrase: String| {
+        let phrase = phrase.trim().to_owned();
+        let why = if phrase == "!" {
+            "the output is `!` over and over (token 0 of GPT-2-style vocabularies, what an argmax over NaN logits picks) and the log names no error: a degenerate generation".to_owned()
+        } else {
+            format!(
+                "the output repeats one phrase over and over ({phrase:?}) and the log names no error: a degenerate generation"
+            )
+        };
+        (format!("repeats {phrase:?}"), why)
+    };
+    let (rule, (index, (what, why))) = first(first_shown, &|line| {
+        repeated_phrase(line).map(repeats)
     })
+    .or_else(|| first(0, &|line| token_zero_run(line).then(|| repeats("!".to_owned()))))
     .map(|found| (REPEATED_OUTPUT, found))
     .or_else(|| {
-        first(&|line| {
+        first(first_shown, &|line| {
             mixed_scripts(line).map(|scripts| {
                 (
                     format!("token soup of {} scripts", scripts.len()),
@@ -945,6 +950,34 @@ mod tests {
         assert_eq!(log(&crashed).signature, Signature::Oom);
         let plain = "INFO done\nThe answer is 42. Ответ: сорок два.\n";
         assert_eq!(log(plain).signature, Signature::Unknown);
+    }
+
+    /// A reasoning model's answer of `!` only (token 0), printed as indented JSON whose metadata
+    /// fills the last lines: found above the excerpt, at its own line.
+    #[test]
+    fn token_zero_answer_is_found_above_trailing_metadata() {
+        let mut text = String::from("{\n  \"message\": {\n    \"content\": null,\n");
+        text.push_str(&format!(
+            "    \"reasoning\": \"{}\"\n  }},\n",
+            "!".repeat(64)
+        ));
+        for field in [
+            "logprobs",
+            "finish_reason",
+            "stop_reason",
+            "token_ids",
+            "usage",
+        ] {
+            text.push_str(&format!("  \"{field}\": null,\n"));
+        }
+        text.push_str("  \"prompt_tokens\": 13,\n  \"total_tokens\": 525,\n}\n");
+        let c = log(&text);
+        assert_eq!(c.signature, Signature::WrongOutput);
+        assert_eq!(c.rule.as_deref(), Some(REPEATED_OUTPUT));
+        assert_eq!(c.line, Some(4));
+        // The user's own message of `!` is no answer.
+        let asked = text.replace("\"reasoning\"", "\"role\": \"user\", \"content\"");
+        assert_eq!(log(&asked).signature, Signature::Unknown);
     }
 
     /// An exception, then the engine's own SIGKILL of its tree (SGLang's `kill_process_tree`)
