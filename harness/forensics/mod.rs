@@ -90,7 +90,10 @@ pub struct ProcSnapshot {
     pub cpu_s: f64,
     /// CPU time used between the capture's two samples.
     pub cpu_during_capture_s: f64,
-    /// Used a noticeable share of a CPU during the capture.
+    /// Time spent runnable but waiting for a CPU between the two samples (a crowded host).
+    #[serde(default)]
+    pub waited_during_capture_s: f64,
+    /// Used a noticeable share of a CPU during the capture, or waited for one most of the time.
     pub busy: bool,
     pub threads: u32,
     pub python: bool,
@@ -116,6 +119,7 @@ impl ProcSnapshot {
             wchan: None,
             cpu_s: 0.0,
             cpu_during_capture_s: 0.0,
+            waited_during_capture_s: 0.0,
             busy: false,
             threads: 1,
             python: false,
@@ -257,6 +261,10 @@ pub fn capture(req: &Request) -> HangCapture {
     out.budget_s = req.budget.as_secs_f64();
     let found = procfs::find_alive(&req.selector);
     let first = Instant::now();
+    let waited: Vec<u64> = found
+        .iter()
+        .map(|p| procfs::runqueue_wait_ticks(p.pid).unwrap_or(0))
+        .collect();
     out.processes = found.iter().map(procs::snapshot).collect();
     let pids: Vec<i32> = found.iter().map(|p| p.pid).collect();
     out.locks = procs::lock_files(
@@ -273,7 +281,7 @@ pub fn capture(req: &Request) -> HangCapture {
             remaining(deadline).min(Duration::from_secs(5)),
         )
     };
-    second_sample(&mut out, &found, first, deadline);
+    second_sample(&mut out, &found, &waited, first, deadline);
     out.groups = stacks::group(&out.processes);
     out.complete = Instant::now() < deadline;
     if !out.complete {
@@ -292,11 +300,13 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
-/// The second CPU sample, at least [`MIN_SAMPLE_GAP`] after the first: a process that used more
-/// than a tenth of a CPU in between is busy.
+/// The second CPU sample, at least [`MIN_SAMPLE_GAP`] after the first, says which processes were
+/// busy in between (see [`is_busy`]). `waited`: each process's time spent waiting for a CPU at the
+/// first sample, in ticks.
 fn second_sample(
     out: &mut HangCapture,
     first: &[procfs::ProcInfo],
+    waited: &[u64],
     at: Instant,
     deadline: Instant,
 ) {
@@ -305,17 +315,31 @@ fn second_sample(
         .min(remaining(deadline));
     std::thread::sleep(gap);
     let elapsed = at.elapsed().as_secs_f64().max(0.001);
-    for (p, before) in out.processes.iter_mut().zip(first) {
+    let seconds = |ticks: u64| ticks as f64 / procfs::TICKS_PER_SECOND as f64;
+    for ((p, before), &waited_before) in out.processes.iter_mut().zip(first).zip(waited) {
         let Some(after) = procfs::parse_stat(
             &std::fs::read_to_string(format!("/proc/{}/stat", p.pid)).unwrap_or_default(),
         ) else {
             continue;
         };
-        let used = after.cpu_ticks.saturating_sub(before.cpu_ticks) as f64
-            / procfs::TICKS_PER_SECOND as f64;
+        let used = seconds(after.cpu_ticks.saturating_sub(before.cpu_ticks));
+        let waited = seconds(
+            procfs::runqueue_wait_ticks(p.pid)
+                .unwrap_or(0)
+                .saturating_sub(waited_before),
+        );
         p.cpu_during_capture_s = round3(used);
-        p.busy = used / elapsed > 0.1;
+        p.waited_during_capture_s = round3(waited);
+        p.busy = is_busy(used, waited, elapsed);
     }
+}
+
+/// Busy: used more than a tenth of a CPU, or was runnable (on a CPU or waiting for one) for more
+/// than half the time. On a crowded host a spinning process gets a small share of a CPU, but it
+/// waits for the rest: it is not idle. A process that wakes now and then (a lock poller) waits a
+/// little at each wake-up; that is no reason to call it busy, hence the higher bar.
+fn is_busy(used_s: f64, waited_s: f64, elapsed_s: f64) -> bool {
+    used_s / elapsed_s > 0.1 || (used_s + waited_s) / elapsed_s > 0.5
 }
 
 /// py-spy over every Python process; without it, SIGUSR1 to those that catch it.
@@ -424,5 +448,17 @@ mod tests {
             hang_path_for(Path::new("run/logs/c1.attempt2.log")),
             PathBuf::from("run/logs/c1.attempt2.hang.json")
         );
+    }
+
+    #[test]
+    fn a_starved_spinner_is_busy_and_a_poller_that_waits_at_wake_ups_is_not() {
+        // A spinner alone on a CPU; one given a twentieth of a CPU on a crowded host, waiting
+        // for it the rest of the time (less a pause for its stack dump).
+        assert!(is_busy(0.3, 0.0, 0.3));
+        assert!(is_busy(0.015, 0.22, 0.3));
+        // Blocked on a lock; polling one, its wake-ups queued on a crowded host.
+        assert!(!is_busy(0.0, 0.0, 0.3));
+        assert!(!is_busy(0.0, 0.02, 0.3));
+        assert!(!is_busy(0.01, 0.1, 0.3));
     }
 }

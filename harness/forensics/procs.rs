@@ -48,6 +48,7 @@ pub(super) fn snapshot(info: &ProcInfo) -> ProcSnapshot {
         wchan,
         cpu_s: info.cpu_ticks as f64 / TICKS_PER_SECOND as f64,
         cpu_during_capture_s: 0.0,
+        waited_during_capture_s: 0.0,
         busy: false,
         threads,
         catches_sigusr1: caught & SIGUSR1_BIT != 0,

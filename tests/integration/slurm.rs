@@ -67,12 +67,12 @@ fn which(program: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// A loopback port nothing listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+/// `N` different loopback ports nothing listens on now. Each is held until all are picked: a port
+/// let go at once could be handed out again for the next one, and two daemons would share it.
+fn free_ports<const N: usize>() -> [u16; N] {
+    let held: [TcpListener; N] =
+        std::array::from_fn(|_| TcpListener::bind("127.0.0.1:0").expect("a free port"));
+    held.map(|l| l.local_addr().expect("a bound port").port())
 }
 
 /// Polls `ready` until it holds or `within` passes.
@@ -105,7 +105,7 @@ impl Cluster {
             .expect("hostname")
             .into_string()
             .expect("utf-8 hostname");
-        let ports = [free_port(), free_port(), free_port(), free_port()];
+        let ports = free_ports::<4>();
         let [ctld, slurmd, dbd, mysql] = ports;
         let munge = root.join("munge/munge.sock");
         for n in 0..4 {
