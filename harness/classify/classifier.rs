@@ -472,6 +472,9 @@ const REPEATED_OUTPUT: &str = "repeated-output";
 const TOKEN_SOUP: &str = "token-soup";
 const REPEATED_LINES: &str = "repeated-lines";
 
+/// A check of the line at an index of the kept text: what it found and why it is degenerate.
+type LineCheck<'a> = dyn Fn(usize, &str) -> Option<(String, String)> + 'a;
+
 /// No line names a failure, but what the process printed last is a degenerate generation: one
 /// of the last lines (prefixes stripped) repeats a phrase over and over or is token soup of four
 /// writing systems and more, or the log ends with a few sentences printed over and over. A weak
@@ -482,7 +485,7 @@ fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> 
     // lines at all of `text`, and so does the run of `!` after an output's label, which is no
     // healthy line anywhere (a response printed as indented JSON ends with its metadata).
     let first_shown = text.len().saturating_sub(tail.lines.len());
-    let first = |from: usize, check: &dyn Fn(usize, &str) -> Option<(String, String)>| {
+    let first = |from: usize, check: &LineCheck| {
         cleaned
             .iter()
             .enumerate()
