@@ -16,7 +16,9 @@
 use super::explain::{self, Clue, ClueKind, DecidedBy};
 use super::fingerprint::fingerprint;
 use super::line::{Cleaned, Level, clean};
-use super::repetition::{repeated_lines, repeated_phrase, repeated_sentences, token_zero_run};
+use super::repetition::{
+    asked_in_object, repeated_lines, repeated_phrase, repeated_sentences, token_zero_run,
+};
 use super::rules::Table;
 use super::scan::{self, Excerpt, Findings, Hit};
 use super::soup::mixed_scripts;
@@ -470,6 +472,9 @@ const REPEATED_OUTPUT: &str = "repeated-output";
 const TOKEN_SOUP: &str = "token-soup";
 const REPEATED_LINES: &str = "repeated-lines";
 
+/// A check of the line at an index of the kept text: what it found and why it is degenerate.
+type LineCheck<'a> = dyn Fn(usize, &str) -> Option<(String, String)> + 'a;
+
 /// No line names a failure, but what the process printed last is a degenerate generation: one
 /// of the last lines (prefixes stripped) repeats a phrase over and over or is token soup of four
 /// writing systems and more, or the log ends with a few sentences printed over and over. A weak
@@ -480,13 +485,16 @@ fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> 
     // lines at all of `text`, and so does the run of `!` after an output's label, which is no
     // healthy line anywhere (a response printed as indented JSON ends with its metadata).
     let first_shown = text.len().saturating_sub(tail.lines.len());
-    let first = |from: usize, check: &dyn Fn(&str) -> Option<(String, String)>| {
+    let first = |from: usize, check: &LineCheck| {
         cleaned
             .iter()
             .enumerate()
             .skip(from)
-            .find_map(|(i, line)| check(&line.text).map(|found| (i, found)))
+            .find_map(|(i, line)| check(i, &line.text).map(|found| (i, found)))
     };
+    // A run of `!` in a message that a request holds is the prompt, whichever line its role is on.
+    let lines: Vec<&str> = cleaned.iter().map(|line| line.text.as_str()).collect();
+    let asked = |i: usize, line: &str| token_zero_run(line) && asked_in_object(&lines, i);
     let repeats = |phrase: String| {
         let phrase = phrase.trim().to_owned();
         let why = if phrase == "!" {
@@ -498,13 +506,19 @@ fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> 
         };
         (format!("repeats {phrase:?}"), why)
     };
-    let (rule, (index, (what, why))) = first(first_shown, &|line| {
-        repeated_phrase(line).map(repeats)
+    let (rule, (index, (what, why))) = first(first_shown, &|i, line| {
+        repeated_phrase(line)
+            .filter(|_| !asked(i, line))
+            .map(repeats)
     })
-    .or_else(|| first(0, &|line| token_zero_run(line).then(|| repeats("!".to_owned()))))
+    .or_else(|| {
+        first(0, &|i, line| {
+            (token_zero_run(line) && !asked(i, line)).then(|| repeats("!".to_owned()))
+        })
+    })
     .map(|found| (REPEATED_OUTPUT, found))
     .or_else(|| {
-        first(first_shown, &|line| {
+        first(first_shown, &|_, line| {
             mixed_scripts(line).map(|scripts| {
                 (
                     format!("token soup of {} scripts", scripts.len()),
@@ -978,6 +992,42 @@ mod tests {
         // The user's own message of `!` is no answer.
         let asked = text.replace("\"reasoning\"", "\"role\": \"user\", \"content\"");
         assert_eq!(log(&asked).signature, Signature::Unknown);
+    }
+
+    /// A prompt of `!` printed as a request over several lines (indented JSON puts the role above
+    /// the content, `pprint` below it; SGLang's `/generate` body calls its prompt `text`), then a
+    /// healthy answer: the prompt is no generation. The same answer of `!` after a user's message
+    /// in the same printed conversation is one.
+    #[test]
+    fn a_prompt_of_token_zero_printed_over_several_lines_is_no_answer() {
+        let bang = "!".repeat(40);
+        let answer = "It looks like you are excited! How can I help?";
+        let json = format!(
+            "Request:\n{{\n  \"model\": \"Qwen/Qwen2.5-0.5B-Instruct\",\n  \"messages\": [\n    {{\n      \"role\": \"user\",\n      \"content\": \"{bang}\"\n    }}\n  ],\n  \"max_tokens\": 32\n}}\nResponse:\n{{\n  \"choices\": [\n    {{\n      \"message\": {{\n        \"role\": \"assistant\",\n        \"content\": \"{answer}\"\n      }},\n      \"finish_reason\": \"stop\"\n    }}\n  ]\n}}\n"
+        );
+        let pprint = format!(
+            "{{'max_tokens': 32,\n 'messages': [{{'content': '{bang}',\n               'role': 'user'}}],\n 'model': 'Qwen/Qwen2.5-0.5B-Instruct'}}\n{{'choices': [{{'finish_reason': 'stop',\n              'message': {{'content': '{answer}',\n                          'role': 'assistant'}}}}]}}\n"
+        );
+        let sglang = format!(
+            "{{\n  \"text\": \"{bang}\",\n  \"sampling_params\": {{\n    \"max_new_tokens\": 16\n  }}\n}}\n{{\n  \"text\": \" {answer}\",\n  \"meta_info\": {{\n    \"completion_tokens\": 16\n  }}\n}}\n"
+        );
+        for text in [&json, &pprint, &sglang] {
+            let c = log(text);
+            assert_eq!(c.signature, Signature::Unknown, "{text}");
+            assert_eq!(c.rule, None, "{text}");
+        }
+        let answered = format!(
+            "[\n  {{\n    \"role\": \"user\",\n    \"content\": \"Hi\"\n  }},\n  {{\n    \"role\": \"assistant\",\n    \"content\": \"{bang}\"\n  }}\n]\n"
+        );
+        let c = log(&answered);
+        assert_eq!(c.signature, Signature::WrongOutput);
+        assert_eq!(c.line, Some(8));
+        let sorted = format!(
+            "{{'messages': [{{'content': 'Hi', 'role': 'user'}},\n              {{'content': '{bang}',\n               'role': 'assistant'}}]}}\n"
+        );
+        let c = log(&sorted);
+        assert_eq!(c.signature, Signature::WrongOutput);
+        assert_eq!(c.line, Some(2));
     }
 
     /// An exception, then the engine's own SIGKILL of its tree (SGLang's `kill_process_tree`)

@@ -49,6 +49,76 @@ pub(crate) fn token_zero_run(line: &str) -> bool {
         && !ASKED.as_ref().is_some_and(|re| re.is_match(line))
 }
 
+/// Lines either side of a run of `!` that may hold the rest of the object it is a field of.
+const OBJECT_SPAN: usize = 4;
+
+/// The run of `!` on `lines[index]` is a field of an object printed over several lines that a
+/// request holds: a message with the role `user` or `system` (indented JSON puts the role on the
+/// line above, Python's `pprint` sorts it below), or SGLang's `/generate` body, whose `text` is
+/// the prompt beside its `sampling_params`. The object is cut from the nearest unmatched braces
+/// around the run, at most [`OBJECT_SPAN`] lines away; without a brace on either side it is the
+/// run's own line, which [`token_zero_run`] has already read.
+pub(crate) fn asked_in_object(lines: &[&str], index: usize) -> bool {
+    static ASKED: LazyLock<Option<Regex>> = LazyLock::new(|| {
+        Regex::new(r#"(?i)["']role["']\s*:\s*["'](?:user|system)["']|["']sampling_params["']\s*:"#)
+            .ok()
+    });
+    let Some(line) = lines.get(index) else {
+        return false;
+    };
+    let run = line.find("!!!!!!!!!!!!!!!!").unwrap_or(0);
+    let from = index.saturating_sub(OBJECT_SPAN);
+    let to = (index + OBJECT_SPAN + 1).min(lines.len());
+    let mut before = lines[from..index].join("\n");
+    before.push('\n');
+    before.push_str(&line[..run]);
+    let mut after = line[run..].to_owned();
+    for next in &lines[index + 1..to] {
+        after.push('\n');
+        after.push_str(next);
+    }
+    let opened = unmatched_open(&before);
+    let closed = unmatched_close(&after);
+    let line_start = before.rfind('\n').map_or(0, |n| n + 1);
+    let line_end = after.find('\n').unwrap_or(after.len());
+    let (start, end) = match (opened, closed) {
+        (None, None) => (line_start, line_end),
+        (Some(start), None) => (start, after.len()),
+        (None, Some(end)) => (0, end),
+        (Some(start), Some(end)) => (start, end),
+    };
+    let object = format!("{}{}", &before[start..], &after[..end]);
+    ASKED.as_ref().is_some_and(|re| re.is_match(&object))
+}
+
+/// Where the innermost object still open at the end of `text` opens.
+fn unmatched_open(text: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, c) in text.char_indices().rev() {
+        match c {
+            '}' => depth += 1,
+            '{' if depth == 0 => return Some(i),
+            '{' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Where the object open at the start of `text` closes (just past its brace).
+fn unmatched_close(text: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, c) in text.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => return Some(i + 1),
+            '}' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
 /// The phrase `text` repeats at least [`MIN_COPIES`] times in a row, if any.
 fn looping_phrase(text: &str) -> Option<String> {
     let chars: Vec<char> = text.chars().collect();
