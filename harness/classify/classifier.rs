@@ -19,7 +19,7 @@ use super::line::{Cleaned, Level, clean};
 use super::repetition::{
     asked_in_object, repeated_lines, repeated_phrase, repeated_sentences, token_zero_run,
 };
-use super::rules::Table;
+use super::rules::{Kind, Table};
 use super::scan::{self, Excerpt, Findings, Hit};
 use super::soup::mixed_scripts;
 use crate::matrix::UserRule;
@@ -182,6 +182,18 @@ impl Classifier {
         let file = std::fs::File::open(path).map_err(|err| with_path(path, err))?;
         self.classify_reader(file, evidence)
             .map_err(|err| with_path(path, err))
+    }
+
+    /// `found` was decided by a complaint a process may survive (a background rule: a library's
+    /// import-time warning). What the harness saw of a cell that served (its answer failed the
+    /// check, the server's error answer) says more than such a line.
+    pub fn decided_by_complaint(&self, found: &Classification) -> bool {
+        found.rule.as_deref().is_some_and(|id| {
+            self.table
+                .rules
+                .iter()
+                .any(|rule| rule.id == id && rule.kind == Kind::Background)
+        })
     }
 
     fn resolve(&self, found: Findings, evidence: &Evidence) -> Classification {

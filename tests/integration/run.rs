@@ -868,6 +868,36 @@ timeout = "30s"
         },
     },
     Case {
+        // A complaint the server survived (NumPy 2 importing a module built for NumPy 1.x, as
+        // torch does at import), then a wrong answer: the answer is the verdict, not the line.
+        name: "a_survived_complaint_before_a_wrong_answer_is_wrong_output",
+        matrix: r#"
+[matrix]
+engine = ["fake"]
+[server]
+command = """echo "A module that was compiled using NumPy 1.x cannot be run in"
+echo "NumPy 2.0.0 as it may crash. To support both 1.x and 2.x"
+exec @SERVER@ wrong --port {port}"""
+expect = "(?i)paris"
+no-progress = "5s"
+timeout = "30s"
+"#,
+        env: &[],
+        exit: 1,
+        status: "fail",
+        signature: Some("wrong_output"),
+        phase: "validate",
+        log_has: &["compiled using NumPy 1.x"],
+        more: |ran| {
+            assert_eq!(
+                ran.record["decided_by"], "answer_check",
+                "{:#?}",
+                ran.record
+            );
+            assert!(ran.record["rule"].is_null(), "{:#?}", ran.record);
+        },
+    },
+    Case {
         // A server that prints nothing: ready after 2.5 s of silence, then 2.5 s of silence
         // before it answers. Neither phase is idle for the 4 s window; only the two together
         // would be. The server turning ready is progress the harness saw itself.

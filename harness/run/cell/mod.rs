@@ -694,9 +694,14 @@ fn classify(
         },
     };
     let mut found = shared.classifier.classify_file(log_path, &evidence)?;
+    // A complaint the process survived (NumPy's or bitsandbytes' import-time message) names a
+    // failure only where nothing else does; what the harness saw of the cell does.
+    let open = |found: &Classification| {
+        found.signature == Signature::Unknown || shared.classifier.decided_by_complaint(found)
+    };
     // A server that failed a request often says why only in its answer (an HTTP 500 body, an
     // error event in the stream): where the log names nothing, name what the server said.
-    if found.signature == Signature::Unknown {
+    if open(&found) {
         if let Trouble::Request(text) = trouble {
             if let Ok(said) = shared
                 .classifier
@@ -739,12 +744,14 @@ fn classify(
             None,
         ));
     }
-    if found.signature == Signature::Unknown {
+    if open(&found) {
         if let Trouble::Invalid(reason) = trouble {
             // The cell served and answered wrong: a verdict, whatever line the log had before.
             found.spurious = false;
             found.relaunch = false;
             found.rule = None;
+            found.line = None;
+            found.hint = None;
             found.signature = Signature::WrongOutput;
             found.fingerprint = Some(normalise_reason(reason));
             found.explanation = Some(reason.clone());
