@@ -34,14 +34,15 @@ pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
 }
 
 /// An answer made of exclamation marks only (`Generated text: '!!!!!!...`, `"content":
-/// "!!!!!!"`, a reasoning model's `"reasoning": "!!!!!!"`): a quoted run after an output's label, not a prompt (a warm-up of token 0 echoes
+/// "!!!!!!"`, a reasoning model's `"reasoning": "!!!!!!"`, unquoted as `model output: !!!!!!`, or
+/// behind a chat template's special token, `"content": "<|channel|>!!!!!!"`): a quoted run after an output's label, not a prompt (a warm-up of token 0 echoes
 /// `prompt: '!!!!...'`) nor a user's message. `!` is token 0 of GPT-2's byte-level vocabulary and
 /// of those built on it (Qwen's among them), and token 0 is what an argmax returns over logits
 /// that are all NaN: a model whose kernels produce NaN prints `!` until the token limit. One character is no phrase for the loop
 /// check (a rule of `=====` is no generation); a quoted string of `!` alone is.
 pub(crate) fn token_zero_run(line: &str) -> bool {
     static RUN: LazyLock<Option<Regex>> = LazyLock::new(|| {
-        Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer|reasoning(?:_content)?)["']?\s*[:=]\s*["']!{16,}(?:["']|\s*$)"#).ok()
+        Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer|reasoning(?:_content)?)["']?\s*[:=]\s*["']?(?:<\|[a-z_]{1,30}\|>)*!{16,}(?:["']|\s|$|\.\.\.)"#).ok()
     });
     static ASKED: LazyLock<Option<Regex>> =
         LazyLock::new(|| Regex::new(r#"(?i)["']role["']\s*:\s*["'](?:user|system)["']"#).ok());
@@ -387,6 +388,8 @@ mod tests {
             format!("Generated text: '{bang}"),
             format!("        \"content\": \"{bang}\""),
             format!("{{\"text\": \"{bang}\"}}"),
+            format!("model output: {bang}  (in the thinking phase)"),
+            format!("  \"content\": \"<|channel|>{bang}...\","),
         ] {
             assert_eq!(repeated_phrase(&line).as_deref(), Some("!"), "{line}");
         }
@@ -397,6 +400,7 @@ mod tests {
             format!("Received request cmpl-1: prompt: '{bang}', params: SamplingParams(n=1)"),
             format!("{{\"prompt\": \"{bang}\"}}"),
             format!("+ echo '{bang}'"),
+            format!("output: {bang}WARNING"),
             format!("{{\"role\": \"user\", \"content\": \"{bang}\"}}"),
         ] {
             assert_eq!(repeated_phrase(&line), None, "{line}");
