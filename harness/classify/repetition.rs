@@ -33,19 +33,22 @@ pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
     looping_phrase(line)
 }
 
+/// A message a request holds: the role a user or a system speaks in.
+const ASKED_ROLE: &str = r#"(?i)["']role["']\s*:\s*["'](?:user|system)["']"#;
+
 /// An answer made of exclamation marks only (`Generated text: '!!!!!!...`, `"content":
 /// "!!!!!!"`, a reasoning model's `"reasoning": "!!!!!!"`, unquoted as `model output: !!!!!!`, or
-/// behind a chat template's special token, `"content": "<|channel|>!!!!!!"`): a quoted run after an output's label, not a prompt (a warm-up of token 0 echoes
-/// `prompt: '!!!!...'`) nor a user's message. `!` is token 0 of GPT-2's byte-level vocabulary and
-/// of those built on it (Qwen's among them), and token 0 is what an argmax returns over logits
-/// that are all NaN: a model whose kernels produce NaN prints `!` until the token limit. One character is no phrase for the loop
-/// check (a rule of `=====` is no generation); a quoted string of `!` alone is.
+/// behind a chat template's special token, `"content": "<|channel|>!!!!!!"`): a run after an
+/// output's label, not a prompt (a warm-up of token 0 echoes `prompt: '!!!!...'`) nor a user's
+/// message. `!` is token 0 of GPT-2's byte-level vocabulary and of those built on it (Qwen's
+/// among them), and token 0 is what an argmax returns over logits that are all NaN: a model whose
+/// kernels produce NaN prints `!` until the token limit. One character is no phrase for the loop
+/// check (a rule of `=====` is no generation); a run of `!` after an output's label is.
 pub(crate) fn token_zero_run(line: &str) -> bool {
     static RUN: LazyLock<Option<Regex>> = LazyLock::new(|| {
         Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer|reasoning(?:_content)?)["']?\s*[:=]\s*["']?(?:<\|[a-z_]{1,30}\|>)*!{16,}(?:["']|\s|$|\.\.\.)"#).ok()
     });
-    static ASKED: LazyLock<Option<Regex>> =
-        LazyLock::new(|| Regex::new(r#"(?i)["']role["']\s*:\s*["'](?:user|system)["']"#).ok());
+    static ASKED: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(ASKED_ROLE).ok());
     RUN.as_ref().is_some_and(|re| re.is_match(line))
         && !ASKED.as_ref().is_some_and(|re| re.is_match(line))
 }
@@ -60,10 +63,8 @@ const OBJECT_SPAN: usize = 4;
 /// around the run, at most [`OBJECT_SPAN`] lines away; without a brace on either side it is the
 /// run's own line, which [`token_zero_run`] has already read.
 pub(crate) fn asked_in_object(lines: &[&str], index: usize) -> bool {
-    static ASKED: LazyLock<Option<Regex>> = LazyLock::new(|| {
-        Regex::new(r#"(?i)["']role["']\s*:\s*["'](?:user|system)["']|["']sampling_params["']\s*:"#)
-            .ok()
-    });
+    static ASKED: LazyLock<Option<Regex>> =
+        LazyLock::new(|| Regex::new(&format!(r#"{ASKED_ROLE}|["']sampling_params["']\s*:"#)).ok());
     let Some(line) = lines.get(index) else {
         return false;
     };
