@@ -2,7 +2,8 @@
 //!
 //! Progress is any of: new output in the cell's log, CPU time consumed anywhere in the cell's
 //! process tree (at least [`CPU_RATE`] of one core over a short horizon, so an idle server's
-//! heartbeat threads do not count; time spent waiting for a CPU counts too), or GPU activity of
+//! heartbeat threads do not count; or runnable most of the horizon, so a process starved of CPU on
+//! a crowded host counts: see [`procfs::is_busy`]), or GPU activity of
 //! the cell's processes where `nvidia-smi` can tell. A cell idle for the whole no-progress
 //! window is in a deadlock; the deadlines of its phases are enforced by the cell's runner, which
 //! calls a cell still busy at its deadline a timeout. So a worker that compiles silently for
@@ -10,7 +11,7 @@
 //! window starts counting.
 
 use crate::exec::probe;
-use crate::exec::procfs::{self, CpuMeter, ProcInfo, Selector, TICKS_PER_SECOND};
+use crate::exec::procfs::{self, CpuMeter, Demand, Selector};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -54,9 +55,9 @@ pub struct Watchdog {
     gpu: Option<Arc<GpuActivity>>,
     last_output: u64,
     meter: CpuMeter,
-    /// (time, cumulative CPU ticks) over the horizon.
-    cpu_history: VecDeque<(Instant, u64)>,
-    cpu_total: u64,
+    /// (time, cumulative CPU demand) over the horizon.
+    cpu_history: VecDeque<(Instant, Demand)>,
+    cpu_total: Demand,
     gpu_seen: u64,
     last_progress: Instant,
     last_activity: Activity,
@@ -92,8 +93,8 @@ impl Watchdog {
             meter: CpuMeter::default(),
             // Nothing of the cell has used CPU at its start (see `CpuMeter`): a base to compare
             // the first sample with, without a scan of /proc.
-            cpu_history: VecDeque::from([(Instant::now(), 0)]),
-            cpu_total: 0,
+            cpu_history: VecDeque::from([(Instant::now(), Demand::default())]),
+            cpu_total: Demand::default(),
             gpu_seen: 0,
             last_progress: Instant::now(),
             last_activity: Activity::Start,
@@ -141,16 +142,7 @@ impl Watchdog {
             self.progress(now, Activity::Output);
         }
         let procs = procfs::find_alive(&self.selector);
-        // Time spent waiting for a CPU counts like time on one: on a crowded machine a starved
-        // process (a server still starting up) uses no CPU time, but it is busy, not idle.
-        let demand: Vec<ProcInfo> = procs
-            .iter()
-            .map(|p| ProcInfo {
-                cpu_ticks: p.cpu_ticks + procfs::runqueue_wait_ticks(p.pid).unwrap_or(0),
-                ..p.clone()
-            })
-            .collect();
-        self.cpu_total += self.meter.sample(&demand);
+        self.cpu_total = self.cpu_total + self.meter.sample(&procs);
         self.cpu_history.push_back((now, self.cpu_total));
         // The base is the oldest sample within the horizon, or the one before this sample when
         // none is. (Dropping every sample older than the horizon would, after a late sample,
@@ -167,8 +159,10 @@ impl Watchdog {
         }
         if let Some((since, base)) = self.cpu_history.front() {
             let span = now.duration_since(*since).max(self.tick);
-            let needed = (CPU_RATE * span.as_secs_f64() * TICKS_PER_SECOND as f64).ceil() as u64;
-            if self.cpu_total - base >= needed.max(1) {
+            // On a crowded machine a starved process (a server still starting up) gets little
+            // CPU time but waits for more: busy. A server answering the harness's health checks
+            // waits a little at each one: not busy (`is_busy` sets the bars).
+            if (self.cpu_total - *base).is_busy(span, CPU_RATE) {
                 self.progress(now, Activity::Cpu);
             }
         }

@@ -14,6 +14,7 @@ use ::procfs::process::{Process, Stat};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStringExt;
+use std::time::Duration;
 
 /// The environment variable every process of a run carries (value: the run token).
 pub const RUN_TOKEN_VAR: &str = crate::env::EnvVars::GPUCOMPAT_RUN_TOKEN;
@@ -181,24 +182,89 @@ pub const TICKS_PER_SECOND: u64 = 100;
 /// everything since then however late it comes.
 #[derive(Debug, Default)]
 pub struct CpuMeter {
-    last: HashMap<i32, u64>,
+    /// Each process's CPU ticks and runqueue wait ticks at the previous sample.
+    last: HashMap<i32, (u64, u64)>,
 }
 
 impl CpuMeter {
-    /// Ticks used since the previous call.
-    pub fn sample(&mut self, procs: &[ProcInfo]) -> u64 {
-        let mut used = 0;
-        let mut next = HashMap::with_capacity(procs.len());
-        for info in procs {
-            used += match self.last.get(&info.pid) {
-                Some(&before) => info.cpu_ticks.saturating_sub(before),
-                None => info.cpu_ticks,
-            };
-            next.insert(info.pid, info.cpu_ticks);
+    /// CPU used, and time spent waiting for a CPU, since the previous call.
+    pub fn sample(&mut self, procs: &[ProcInfo]) -> Demand {
+        self.tally(
+            procs
+                .iter()
+                .map(|p| (p.pid, p.cpu_ticks, runqueue_wait_ticks(p.pid).unwrap_or(0))),
+        )
+    }
+
+    /// [`CpuMeter::sample`] over (pid, CPU ticks, wait ticks) readings.
+    fn tally(&mut self, readings: impl Iterator<Item = (i32, u64, u64)>) -> Demand {
+        let mut demand = Demand::default();
+        let mut next = HashMap::new();
+        for (pid, used, waited) in readings {
+            let (used_before, waited_before) = self.last.get(&pid).copied().unwrap_or_default();
+            demand.used += used.saturating_sub(used_before);
+            demand.waited += waited.saturating_sub(waited_before);
+            next.insert(pid, (used, waited));
         }
         self.last = next;
-        used
+        demand
     }
+}
+
+/// What a set of processes asked of the CPUs over some span, in clock ticks: time on a CPU, and
+/// time runnable but waiting for one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Demand {
+    pub used: u64,
+    pub waited: u64,
+}
+
+impl std::ops::Add for Demand {
+    type Output = Demand;
+    fn add(self, other: Demand) -> Demand {
+        Demand {
+            used: self.used + other.used,
+            waited: self.waited + other.waited,
+        }
+    }
+}
+
+impl std::ops::Sub for Demand {
+    type Output = Demand;
+    fn sub(self, other: Demand) -> Demand {
+        Demand {
+            used: self.used.saturating_sub(other.used),
+            waited: self.waited.saturating_sub(other.waited),
+        }
+    }
+}
+
+impl Demand {
+    /// Shares of one core over `span`: (used, waited).
+    pub fn shares(self, span: Duration) -> (f64, f64) {
+        let ticks = span.as_secs_f64().max(0.001) * TICKS_PER_SECOND as f64;
+        (self.used as f64 / ticks, self.waited as f64 / ticks)
+    }
+
+    /// See [`is_busy`].
+    pub fn is_busy(self, span: Duration, cpu_rate: f64) -> bool {
+        let (used, waited) = self.shares(span);
+        is_busy(used, waited, cpu_rate)
+    }
+}
+
+/// Share of a span that processes must have been runnable (on a CPU or waiting for one) to be
+/// busy whatever CPU they got.
+pub const RUNNABLE_SHARE: f64 = 0.5;
+
+/// The one rule for busy, used by the watchdog, the SLOW lines and the hang capture: used at
+/// least `cpu_rate` of one core, or was runnable at least [`RUNNABLE_SHARE`] of the time (shares
+/// of one core). On a crowded host a spinning process gets a sliver of a CPU and waits for the
+/// rest: it is busy. A process woken now and then (a server answering the harness's health
+/// checks, a lock poller) waits a little at each wake-up on a crowded host, which is no reason to
+/// call it busy: hence the higher bar for waiting than for running.
+pub fn is_busy(used_share: f64, waited_share: f64, cpu_rate: f64) -> bool {
+    used_share >= cpu_rate || used_share + waited_share >= RUNNABLE_SHARE
 }
 
 #[cfg(test)]
@@ -265,18 +331,31 @@ mod tests {
 
     #[test]
     fn cpu_meter_counts_increases_and_new_processes() {
-        let p = |pid, cpu_ticks| ProcInfo {
-            pid,
-            ppid: 1,
-            pgid: 1,
-            cpu_ticks,
-            state: 'S',
-            start_ticks: 0,
-        };
         let mut meter = CpuMeter::default();
-        assert_eq!(meter.sample(&[p(1, 100)]), 100);
-        assert_eq!(meter.sample(&[p(1, 130), p(2, 500), p(3, 0)]), 30 + 500);
+        let d = |used, waited| Demand { used, waited };
+        assert_eq!(meter.tally([(1, 100, 7)].into_iter()), d(100, 7));
+        assert_eq!(
+            meter.tally([(1, 130, 9), (2, 500, 40), (3, 0, 0)].into_iter()),
+            d(30 + 500, 2 + 40)
+        );
         // Processes 1 and 3 exited: no negative contribution.
-        assert_eq!(meter.sample(&[p(2, 505)]), 5);
+        assert_eq!(meter.tally([(2, 505, 40)].into_iter()), d(5, 0));
+    }
+
+    #[test]
+    fn busy_is_running_a_little_or_runnable_most_of_the_time() {
+        let d = |used, waited| Demand { used, waited };
+        // A compile alone on a CPU; a spinner given a twentieth of a CPU on a crowded host,
+        // waiting for it the rest of the time.
+        assert!(is_busy(1.0, 0.0, 0.05));
+        assert!(is_busy(0.05, 0.73, 0.1));
+        // Idle; a server answering a health check every 200 ms on a crowded host, each answer
+        // taking a few milliseconds of CPU and queued for tens of milliseconds.
+        assert!(!is_busy(0.0, 0.0, 0.05));
+        assert!(!is_busy(0.04, 0.3, 0.05));
+        // Span in ticks: 40 of 100 ticks used over one second is 40% of a core.
+        assert_eq!(d(40, 10).shares(Duration::from_secs(1)), (0.4, 0.1));
+        assert!(d(2, 60).is_busy(Duration::from_secs(1), 0.05));
+        assert!(!d(2, 30).is_busy(Duration::from_secs(1), 0.05));
     }
 }

@@ -334,12 +334,12 @@ fn second_sample(
     }
 }
 
-/// Busy: used more than a tenth of a CPU, or was runnable (on a CPU or waiting for one) for more
-/// than half the time. On a crowded host a spinning process gets a small share of a CPU, but it
-/// waits for the rest: it is not idle. A process that wakes now and then (a lock poller) waits a
-/// little at each wake-up; that is no reason to call it busy, hence the higher bar.
+/// Share of a CPU a process must have used during the capture to be busy: a tenth, higher than
+/// the watchdog's bar, as a capture's sample is short (see [`procfs::is_busy`] for the rest).
+const CAPTURE_CPU_RATE: f64 = 0.1;
+
 fn is_busy(used_s: f64, waited_s: f64, elapsed_s: f64) -> bool {
-    used_s / elapsed_s > 0.1 || (used_s + waited_s) / elapsed_s > 0.5
+    procfs::is_busy(used_s / elapsed_s, waited_s / elapsed_s, CAPTURE_CPU_RATE)
 }
 
 /// py-spy over every Python process; without it, SIGUSR1 to those that catch it.

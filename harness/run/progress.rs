@@ -1,7 +1,7 @@
 //! What a person sees while a run goes: a live bar on a terminal (cells done, running, failed,
 //! ETA), one plain line per event in CI logs, and the summary at the end.
 
-use crate::exec::procfs::{self, CpuMeter, ProcInfo, Selector, TICKS_PER_SECOND};
+use crate::exec::procfs::{self, CpuMeter, Selector};
 use crate::record::{CellRecord, GpuInfo, Phase, Status};
 use crate::watchdog::CPU_RATE;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -66,8 +66,6 @@ struct WatchState {
     last_output: u64,
     output_at: Instant,
     meter: CpuMeter,
-    /// Time spent waiting for a CPU, metered like CPU time.
-    waits: CpuMeter,
     cpu_since: Instant,
     /// SLOW lines said so far.
     slow_lines: u32,
@@ -84,7 +82,6 @@ impl Watched {
                 last_output: 0,
                 output_at: now,
                 meter: CpuMeter::default(),
-                waits: CpuMeter::default(),
                 cpu_since: now,
                 slow_lines: 0,
             }),
@@ -108,7 +105,6 @@ impl Watched {
         state.last_output = 0;
         state.output_at = now;
         state.meter = CpuMeter::default();
-        state.waits = CpuMeter::default();
         state.cpu_since = now;
     }
 
@@ -165,21 +161,11 @@ impl WatchState {
     /// CPU over the time since the last SLOW line, as the watchdog counts it: time spent waiting
     /// for a CPU counts as busy, so a compile starved on a crowded host is not called idle.
     fn cpu_seen(&mut self, selector: &Selector, now: Instant) -> String {
-        let procs = procfs::find_alive(selector);
-        let ticks = self.meter.sample(&procs);
-        let waits: Vec<ProcInfo> = procs
-            .iter()
-            .map(|p| ProcInfo {
-                cpu_ticks: procfs::runqueue_wait_ticks(p.pid).unwrap_or(0),
-                ..p.clone()
-            })
-            .collect();
-        let waited = self.waits.sample(&waits);
-        let span = now.duration_since(self.cpu_since).as_secs_f64().max(0.001);
+        let demand = self.meter.sample(&procfs::find_alive(selector));
+        let span = now.duration_since(self.cpu_since);
         self.cpu_since = now;
-        let share = |ticks: u64| ticks as f64 / TICKS_PER_SECOND as f64 / span;
-        let (cores, waiting) = (share(ticks), share(waited));
-        if cores + waiting < CPU_RATE {
+        let (cores, waiting) = demand.shares(span);
+        if !procfs::is_busy(cores, waiting, CPU_RATE) {
             "CPU idle".to_owned()
         } else if waiting < CPU_RATE {
             format!("CPU busy ({:.0}% of a core)", cores * 100.0)
