@@ -17,7 +17,8 @@ use super::explain::{self, Clue, ClueKind, DecidedBy};
 use super::fingerprint::fingerprint;
 use super::line::{Cleaned, Level, clean};
 use super::repetition::{
-    asked_in_object, repeated_lines, repeated_phrase, repeated_sentences, token_zero_run,
+    asked_in_object, repeated_lines, repeated_phrase, repeated_sentences, token_zero,
+    token_zero_run,
 };
 use super::rules::{Kind, Table};
 use super::scan::{self, Excerpt, Findings, Hit};
@@ -511,6 +512,8 @@ fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> 
         let phrase = phrase.trim().to_owned();
         let why = if phrase == "!" {
             "the output is `!` over and over (token 0 of GPT-2-style vocabularies, what an argmax over NaN logits picks) and the log names no error: a degenerate generation".to_owned()
+        } else if phrase == "NUL" {
+            "the output is NUL (`\\u0000`) over and over (token 0 of vocabularies whose first token is a control character, what an argmax over NaN logits picks) and the log names no error: a degenerate generation".to_owned()
         } else {
             format!(
                 "the output repeats one phrase over and over ({phrase:?}) and the log names no error: a degenerate generation"
@@ -525,7 +528,9 @@ fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> 
     })
     .or_else(|| {
         first(0, &|i, line| {
-            (token_zero_run(line) && !asked(i, line)).then(|| repeats("!".to_owned()))
+            token_zero(line)
+                .filter(|_| !asked(i, line))
+                .map(|token| repeats(token.to_owned()))
         })
     })
     .map(|found| (REPEATED_OUTPUT, found))

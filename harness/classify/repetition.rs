@@ -20,8 +20,8 @@ const MAX_UNIT: usize = 128;
 /// two different letters and a separator (a space or punctuation): runs of one character,
 /// separator rules (`=====`), progress bars, hex and base64 dumps are no generation.
 pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
-    if token_zero_run(line) {
-        return Some("!".to_owned());
+    if let Some(token) = token_zero(line) {
+        return Some(token.to_owned());
     }
     // A printed collection (`[True, True, ...]`, NumPy's `[ True  True ...]`, a tuple of GPU
     // names) repeats its elements by nature: data, not a generation. A response printed as JSON
@@ -43,14 +43,29 @@ const ASKED_ROLE: &str = r#"(?i)["']role["']\s*:\s*["'](?:user|system)["']"#;
 /// message. `!` is token 0 of GPT-2's byte-level vocabulary and of those built on it (Qwen's
 /// among them), and token 0 is what an argmax returns over logits that are all NaN: a model whose
 /// kernels produce NaN prints `!` until the token limit. One character is no phrase for the loop
-/// check (a rule of `=====` is no generation); a run of `!` after an output's label is.
+/// check (a rule of `=====` is no generation); a run of `!` after an output's label is. So is a
+/// text that breaks off mid-word into a long run of `!` that ends the line (`(Mo!!!!!!...`): the
+/// answer collapsing as it was written. Vocabularies whose token 0 is a control character print
+/// it escaped in JSON: a run of `\u0000` after an output's label is the same failure.
 pub(crate) fn token_zero_run(line: &str) -> bool {
+    token_zero(line).is_some()
+}
+
+/// The token [`token_zero_run`] found repeated: `!`, or `NUL` for a run of `\u0000`.
+pub(crate) fn token_zero(line: &str) -> Option<&'static str> {
     static RUN: LazyLock<Option<Regex>> = LazyLock::new(|| {
-        Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer|reasoning(?:_content)?)["']?\s*[:=]\s*["']?(?:<\|[a-z_]{1,30}\|>)*!{16,}(?:["']|\s|$|\.\.\.)"#).ok()
+        Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer|reasoning(?:_content)?)["']?\s*[:=]\s*["']?(?:<\|[a-z_]{1,30}\|>)*(?:!{16,}|(?P<nul>(?:\\u0000){16,}))(?:["']|\s|$|\.\.\.)|\p{L}!{24,}(?:\.\.\.|…)?["']?\s*$"#).ok()
     });
     static ASKED: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(ASKED_ROLE).ok());
-    RUN.as_ref().is_some_and(|re| re.is_match(line))
-        && !ASKED.as_ref().is_some_and(|re| re.is_match(line))
+    let found = RUN.as_ref()?.captures(line)?;
+    if ASKED.as_ref().is_some_and(|re| re.is_match(line)) {
+        return None;
+    }
+    Some(if found.name("nul").is_some() {
+        "NUL"
+    } else {
+        "!"
+    })
 }
 
 /// Lines either side of a run of `!` that may hold the rest of the object it is a field of.
@@ -161,10 +176,12 @@ fn repeating_unit(chars: &[char], period: usize) -> Option<String> {
         }
         run += 1;
         let span = run + period;
-        if span >= period * MIN_COPIES && span >= MIN_SPAN {
+        let phrase = span >= period * MIN_COPIES && span >= MIN_SPAN;
+        let glued = span >= period * MIN_GLUED_COPIES && span >= MIN_GLUED_SPAN;
+        if phrase || glued {
             let start = i + 1 - run;
             let unit = &chars[start..start + period];
-            if is_phrase(unit) {
+            if (phrase && is_phrase(unit)) || (glued && is_glued_word(unit)) {
                 return Some(unit.iter().collect());
             }
         }
@@ -187,6 +204,33 @@ fn is_phrase(unit: &[char]) -> bool {
     }
     let text: String = unit.iter().collect();
     !is_element(&text) && !is_code(&text)
+}
+
+/// Copies of a word fragment glued to itself (`ductductduct`, `risrisris`) that make a run: more
+/// than of a phrase, as a fragment is short and a stutter is no loop.
+const MIN_GLUED_COPIES: usize = 8;
+/// A glued run is at least this many characters.
+const MIN_GLUED_SPAN: usize = 32;
+
+/// A fragment of a word a model glues to itself until the token limit (`uctductductduct...`):
+/// three letters or more and not two copies of a shorter fragment (`hahaha` is a stutter), two
+/// different ones, in lower case or a script without case. Upper-case runs are acronyms or
+/// base64 (`QUFBQUFB`), and runs of the letters a to f are hex (`deadbeefdeadbeef`): data, not
+/// text.
+fn is_glued_word(unit: &[char]) -> bool {
+    let n = unit.len();
+    let copies_of_shorter = (1..n).any(|d| n % d == 0 && (d..n).all(|i| unit[i] == unit[i - d]));
+    if n < 3 || copies_of_shorter {
+        return false;
+    }
+    let mut letters = unit.iter();
+    let two_letters = letters
+        .next()
+        .is_some_and(|first| letters.any(|c| c != first));
+    two_letters
+        && unit.iter().all(|c| c.is_alphabetic())
+        && unit.iter().any(|c| c.is_lowercase() || !c.is_ascii())
+        && !unit.iter().all(|c| c.is_ascii_hexdigit())
 }
 
 /// A list element: the unit holds the list's comma (wherever the repetition was entered), or
@@ -391,9 +435,13 @@ mod tests {
             format!("{{\"text\": \"{bang}\"}}"),
             format!("model output: {bang}  (in the thinking phase)"),
             format!("  \"content\": \"<|channel|>{bang}...\","),
+            format!("To understand how a modern Mixture-of-Experts (Mo{bang}..."),
         ] {
             assert_eq!(repeated_phrase(&line).as_deref(), Some("!"), "{line}");
         }
+        let nul = "\\u0000".repeat(20);
+        let line = format!("{{\"message\":{{\"role\":\"assistant\",\"content\":\"{nul}\"}}}}");
+        assert_eq!(repeated_phrase(&line).as_deref(), Some("NUL"), "{line}");
         for line in [
             format!("{bang} WARNING: the cache is cold {bang}"),
             format!("'{}' is not a valid mode", "!".repeat(8)),
@@ -402,10 +450,20 @@ mod tests {
             format!("{{\"prompt\": \"{bang}\"}}"),
             format!("+ echo '{bang}'"),
             format!("output: {bang}WARNING"),
+            format!("Wow{bang} that was fast"),
+            format!("data: {}", "\\u0000".repeat(20)),
             format!("{{\"role\": \"user\", \"content\": \"{bang}\"}}"),
         ] {
             assert_eq!(repeated_phrase(&line), None, "{line}");
         }
+    }
+
+    #[test]
+    fn a_word_fragment_glued_to_itself_is_a_loop() {
+        let line = format!("u{}...", "ctdu".repeat(13));
+        assert_eq!(repeated_phrase(&line).as_deref(), Some("uctd"), "{line}");
+        let line = format!("thro{}coefficientJJJJJJ", "ris".repeat(15));
+        assert_eq!(repeated_phrase(&line).as_deref(), Some("ris"), "{line}");
     }
 
     #[test]
@@ -418,6 +476,9 @@ mod tests {
             "ha".repeat(30),
             "0x0 ".repeat(20),
             "QUFB".repeat(30),
+            "deadbeef".repeat(8),
+            "abc".repeat(7),
+            format!("ACGT{}", "ACGT".repeat(12)),
             "ab ".repeat(5),
             format!("archs: {}", "sm_90 ".repeat(8)),
             format!("{{'gpu': 'H100', 'archs': '{}'}}", "sm_90a ".repeat(10)),
