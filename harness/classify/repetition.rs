@@ -18,7 +18,9 @@ const MAX_UNIT: usize = 128;
 
 /// The phrase `line` repeats at least [`MIN_COPIES`] times in a row, if any. A phrase must hold
 /// two different letters and a separator (a space or punctuation): runs of one character,
-/// separator rules (`=====`), progress bars, hex and base64 dumps are no generation.
+/// separator rules (`=====`), progress bars, hex and base64 dumps are no generation. A fragment
+/// of a word glued to itself (`ductductduct`) needs no separator, but more copies (see
+/// [`is_glued_word`]).
 pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
     if let Some(token) = token_zero(line) {
         return Some(token.to_owned());
@@ -255,7 +257,11 @@ fn in_base64_blob(chars: &[char], start: usize, end: usize) -> bool {
     let base64 = |c: &&char| c.is_ascii_alphanumeric() || matches!(c, '+' | '/');
     let padded = |c: &&char| base64(c) || **c == '=';
     let not_letter = |c: &char| !c.is_ascii_alphabetic();
-    chars[..start].iter().rev().take_while(base64).any(not_letter)
+    chars[..start]
+        .iter()
+        .rev()
+        .take_while(base64)
+        .any(not_letter)
         || chars[end.min(chars.len())..]
             .iter()
             .take_while(padded)
@@ -465,7 +471,10 @@ mod tests {
             format!("model output: {bang}  (in the thinking phase)"),
             format!("  \"content\": \"<|channel|>{bang}...\","),
             format!("To understand how a modern Mixture-of-Experts (Mo{bang}..."),
-            format!("To understand how a modern Mixture-of-Experts (Mo{}", "!".repeat(200)),
+            format!(
+                "To understand how a modern Mixture-of-Experts (Mo{}",
+                "!".repeat(200)
+            ),
         ] {
             assert_eq!(repeated_phrase(&line).as_deref(), Some("!"), "{line}");
         }
@@ -499,7 +508,10 @@ mod tests {
         assert_eq!(repeated_phrase(&line).as_deref(), Some("ris"), "{line}");
         let line = format!("Answer: {}", "The".repeat(12));
         assert_eq!(repeated_phrase(&line).as_deref(), Some("The"), "{line}");
-        let line = format!("{{\"id\":\"cmpl-7\",\"text\":\"u{}\",\"n\":1}}", "ctdu".repeat(13));
+        let line = format!(
+            "{{\"id\":\"cmpl-7\",\"text\":\"u{}\",\"n\":1}}",
+            "ctdu".repeat(13)
+        );
         assert_eq!(repeated_phrase(&line).as_deref(), Some("uctd"), "{line}");
         let line = format!("text=u{}", "ctdu".repeat(13));
         assert_eq!(repeated_phrase(&line).as_deref(), Some("uctd"), "{line}");
