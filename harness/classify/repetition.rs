@@ -25,6 +25,7 @@ pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
     if let Some(token) = token_zero(line) {
         return Some(token.to_owned());
     }
+    let line = &without_prompt(line);
     // A printed collection (`[True, True, ...]`, NumPy's `[ True  True ...]`, a tuple of GPU
     // names) repeats its elements by nature: data, not a generation. A response printed as JSON
     // may still hold a looping text (`{"text_output": "import numpy py py py ..."}`): in a line
@@ -33,6 +34,25 @@ pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
         return quoted(line).find_map(looping_phrase);
     }
     looping_phrase(line)
+}
+
+/// `line` without the quoted string of a prompt's label (`prompt: '...'` in vLLM's "Received
+/// request" line, `RequestOutput(prompt='...', ...)`, `{"prompt": "..."}`): a load test's
+/// prompt repeats a word on purpose (`'testtesttest...'`, `'Hello world. Hello world. ...'`),
+/// and what the model answered is elsewhere in the line, or in another.
+fn without_prompt(line: &str) -> std::borrow::Cow<'_, str> {
+    static LABEL: LazyLock<Option<Regex>> = LazyLock::new(|| {
+        Regex::new(r#"(?i)\b(?:prompt|input)s?(?:_text)?["']?\s*[:=]\s*\[?\s*["']"#).ok()
+    });
+    let Some(label) = LABEL.as_ref().and_then(|re| re.find(line)) else {
+        return line.into();
+    };
+    // From the opening quote, the first string `quoted` reads is the prompt.
+    let open = label.end() - 1;
+    match quoted(&line[open..]).next() {
+        Some(prompt) => format!("{}{}", &line[..open], &line[open + prompt.len() + 2..]).into(),
+        None => line.into(),
+    }
 }
 
 /// A message a request holds: the role a user or a system speaks in.
@@ -520,6 +540,33 @@ mod tests {
     /// Data that repeats a short run of letters: base64 of a run of one byte (spaces, tabs,
     /// `#`, `*`: indented JSON or code, comment banners), and a DNA tandem repeat, soft-masked in
     /// lower case as genome files write repeats.
+    /// A prompt repeats what a load test tells it to; the answer beside it still counts.
+    #[test]
+    fn a_repeated_prompt_is_no_loop() {
+        let glued = "test".repeat(12);
+        let phrase = "Hello world. ".repeat(12);
+        for line in [
+            format!("Received request cmpl-1: prompt: '{glued}', params: SamplingParams(n=1)"),
+            format!(
+                "Received request cmpl-2: prompt: '{phrase}', params: SamplingParams(n=1), prompt_token_ids: [1, 2]"
+            ),
+            format!("{{\"prompt\": \"{phrase}\", \"max_tokens\": 16}}"),
+            format!(
+                "RequestOutput(request_id=0, prompt='{glued}', outputs=[CompletionOutput(index=0, text=' Paris.')])"
+            ),
+        ] {
+            assert_eq!(repeated_phrase(&line), None, "{line}");
+        }
+        let line = format!(
+            "RequestOutput(request_id=0, prompt='Hi', outputs=[CompletionOutput(index=0, text='{phrase}')])"
+        );
+        assert_eq!(
+            repeated_phrase(&line).as_deref(),
+            Some("Hello world. "),
+            "{line}"
+        );
+    }
+
     #[test]
     fn base64_and_sequences_are_no_glued_words() {
         for line in [
