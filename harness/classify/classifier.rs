@@ -495,7 +495,8 @@ type LineCheck<'a> = dyn Fn(usize, &str) -> Option<(String, String)> + 'a;
 fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> {
     let cleaned: Vec<Cleaned> = text.iter().map(|l| clean(l.as_bytes())).collect();
     // `text` ends with the excerpt's lines: the line checks look at those, the loop over whole
-    // lines at all of `text`, and so does the run of `!` after an output's label, which is no
+    // lines at all of `text`, and so does token 0 (a run of `!` or `\u0000` after an output's
+    // label, a text broken off into a run of `!` longer than a person types), which is no
     // healthy line anywhere (a response printed as indented JSON ends with its metadata).
     let first_shown = text.len().saturating_sub(tail.lines.len());
     let first = |from: usize, check: &LineCheck| {

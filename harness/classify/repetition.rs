@@ -18,11 +18,14 @@ const MAX_UNIT: usize = 128;
 
 /// The phrase `line` repeats at least [`MIN_COPIES`] times in a row, if any. A phrase must hold
 /// two different letters and a separator (a space or punctuation): runs of one character,
-/// separator rules (`=====`), progress bars, hex and base64 dumps are no generation.
+/// separator rules (`=====`), progress bars, hex and base64 dumps are no generation. A fragment
+/// of a word glued to itself (`ductductduct`) needs no separator, but more copies (see
+/// [`is_glued_word`]).
 pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
     if let Some(token) = token_zero(line) {
         return Some(token.to_owned());
     }
+    let line = &without_prompt(line);
     // A printed collection (`[True, True, ...]`, NumPy's `[ True  True ...]`, a tuple of GPU
     // names) repeats its elements by nature: data, not a generation. A response printed as JSON
     // may still hold a looping text (`{"text_output": "import numpy py py py ..."}`): in a line
@@ -31,6 +34,25 @@ pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
         return quoted(line).find_map(looping_phrase);
     }
     looping_phrase(line)
+}
+
+/// `line` without the quoted string of a prompt's label (`prompt: '...'` in vLLM's "Received
+/// request" line, `RequestOutput(prompt='...', ...)`, `{"prompt": "..."}`): a load test's
+/// prompt repeats a word on purpose (`'testtesttest...'`, `'Hello world. Hello world. ...'`),
+/// and what the model answered is elsewhere in the line, or in another.
+fn without_prompt(line: &str) -> std::borrow::Cow<'_, str> {
+    static LABEL: LazyLock<Option<Regex>> = LazyLock::new(|| {
+        Regex::new(r#"(?i)\b(?:prompt|input)s?(?:_text)?["']?\s*[:=]\s*\[?\s*["']"#).ok()
+    });
+    let Some(label) = LABEL.as_ref().and_then(|re| re.find(line)) else {
+        return line.into();
+    };
+    // From the opening quote, the first string `quoted` reads is the prompt.
+    let open = label.end() - 1;
+    match quoted(&line[open..]).next() {
+        Some(prompt) => format!("{}{}", &line[..open], &line[open + prompt.len() + 2..]).into(),
+        None => line.into(),
+    }
 }
 
 /// A message a request holds: the role a user or a system speaks in.
@@ -44,9 +66,12 @@ const ASKED_ROLE: &str = r#"(?i)["']role["']\s*:\s*["'](?:user|system)["']"#;
 /// among them), and token 0 is what an argmax returns over logits that are all NaN: a model whose
 /// kernels produce NaN prints `!` until the token limit. One character is no phrase for the loop
 /// check (a rule of `=====` is no generation); a run of `!` after an output's label is. So is a
-/// text that breaks off mid-word into a long run of `!` that ends the line (`(Mo!!!!!!...`): the
-/// answer collapsing as it was written. Vocabularies whose token 0 is a control character print
-/// it escaped in JSON: a run of `\u0000` after an output's label is the same failure.
+/// text that breaks off mid-word into a run of `!` that ends the line, cut short by the one who
+/// copied it (`(Mo!!!!!!...`, 24 or more before the ellipsis) or as long as a token limit makes
+/// it (64 or more): the answer collapsing as it was written. A line that cheers (`Training
+/// finished!!!!!!!!!!!!!!!!!!!!!!!!!!`) has a run as long as a person types, and no ellipsis.
+/// Vocabularies whose token 0 is a control character print it escaped in JSON: a run of
+/// `\u0000` after an output's label is the same failure.
 pub(crate) fn token_zero_run(line: &str) -> bool {
     token_zero(line).is_some()
 }
@@ -54,7 +79,7 @@ pub(crate) fn token_zero_run(line: &str) -> bool {
 /// The token [`token_zero_run`] found repeated: `!`, or `NUL` for a run of `\u0000`.
 pub(crate) fn token_zero(line: &str) -> Option<&'static str> {
     static RUN: LazyLock<Option<Regex>> = LazyLock::new(|| {
-        Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer|reasoning(?:_content)?)["']?\s*[:=]\s*["']?(?:<\|[a-z_]{1,30}\|>)*(?:!{16,}|(?P<nul>(?:\\u0000){16,}))(?:["']|\s|$|\.\.\.)|\p{L}!{24,}(?:\.\.\.|…)?["']?\s*$"#).ok()
+        Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer|reasoning(?:_content)?)["']?\s*[:=]\s*["']?(?:<\|[a-z_]{1,30}\|>)*(?:!{16,}|(?P<nul>(?:\\u0000){16,}))(?:["']|\s|$|\.\.\.)|\p{L}(?:!{24,}(?:\.\.\.|…)|!{64,})["']?\s*$"#).ok()
     });
     static ASKED: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(ASKED_ROLE).ok());
     let found = RUN.as_ref()?.captures(line)?;
@@ -181,7 +206,8 @@ fn repeating_unit(chars: &[char], period: usize) -> Option<String> {
         if phrase || glued {
             let start = i + 1 - run;
             let unit = &chars[start..start + period];
-            if (phrase && is_phrase(unit)) || (glued && is_glued_word(unit)) {
+            let end = start + span;
+            if (phrase && is_phrase(unit)) || (glued && is_glued_word(chars, start, end, period)) {
                 return Some(unit.iter().collect());
             }
         }
@@ -212,12 +238,17 @@ const MIN_GLUED_COPIES: usize = 8;
 /// A glued run is at least this many characters.
 const MIN_GLUED_SPAN: usize = 32;
 
-/// A fragment of a word a model glues to itself until the token limit (`uctductductduct...`):
-/// three letters or more and not two copies of a shorter fragment (`hahaha` is a stutter), two
-/// different ones, in lower case or a script without case. Upper-case runs are acronyms or
-/// base64 (`QUFBQUFB`), and runs of the letters a to f are hex (`deadbeefdeadbeef`): data, not
-/// text.
-fn is_glued_word(unit: &[char]) -> bool {
+/// A fragment of a word a model glues to itself until the token limit (`uctductductduct...`),
+/// the run `chars[start..end]` of the unit `chars[start..start + period]`: three letters or more
+/// and not two copies of a shorter fragment (`hahaha` is a stutter), two different ones, in lower
+/// case or a script without case (a capital may open the unit: `TheTheThe`). Data repeats too:
+/// upper-case runs are acronyms or base64 (`QUFBQUFB`), and so are units with capitals inside
+/// (`ICAgICAg`, `IyMjIyMj` and `CQkJCQkJ` are base64 of runs of spaces, `#` and tabs); a run
+/// inside a longer stretch of base64's alphabet that holds a digit, `+`, `/` or `=` is part of a
+/// blob; runs of the letters a to f are hex (`deadbeefdeadbeef`), and runs of a, c, g, t (and n,
+/// u) are a sequence's tandem repeat (`cagcagcag`).
+fn is_glued_word(chars: &[char], start: usize, end: usize, period: usize) -> bool {
+    let unit = &chars[start..start + period];
     let n = unit.len();
     let copies_of_shorter = (1..n).any(|d| n % d == 0 && (d..n).all(|i| unit[i] == unit[i - d]));
     if n < 3 || copies_of_shorter {
@@ -227,10 +258,34 @@ fn is_glued_word(unit: &[char]) -> bool {
     let two_letters = letters
         .next()
         .is_some_and(|first| letters.any(|c| c != first));
+    let capital_inside = unit.iter().skip(1).any(|c| c.is_uppercase());
     two_letters
         && unit.iter().all(|c| c.is_alphabetic())
         && unit.iter().any(|c| c.is_lowercase() || !c.is_ascii())
+        && !capital_inside
         && !unit.iter().all(|c| c.is_ascii_hexdigit())
+        && !unit
+            .iter()
+            .all(|c| matches!(c.to_ascii_lowercase(), 'a' | 'c' | 'g' | 't' | 'n' | 'u'))
+        && !in_base64_blob(chars, start, end)
+}
+
+/// Whether the stretch of base64's alphabet around `chars[start..end]` holds a character that is
+/// no letter (a digit, `+`, `/`, or the padding `=` after it): the run is then part of a blob.
+/// (An `=` before it is a setting's, `text=...`.)
+fn in_base64_blob(chars: &[char], start: usize, end: usize) -> bool {
+    let base64 = |c: &&char| c.is_ascii_alphanumeric() || matches!(c, '+' | '/');
+    let padded = |c: &&char| base64(c) || **c == '=';
+    let not_letter = |c: &char| !c.is_ascii_alphabetic();
+    chars[..start]
+        .iter()
+        .rev()
+        .take_while(base64)
+        .any(not_letter)
+        || chars[end.min(chars.len())..]
+            .iter()
+            .take_while(padded)
+            .any(not_letter)
 }
 
 /// A list element: the unit holds the list's comma (wherever the repetition was entered), or
@@ -436,6 +491,10 @@ mod tests {
             format!("model output: {bang}  (in the thinking phase)"),
             format!("  \"content\": \"<|channel|>{bang}...\","),
             format!("To understand how a modern Mixture-of-Experts (Mo{bang}..."),
+            format!(
+                "To understand how a modern Mixture-of-Experts (Mo{}",
+                "!".repeat(200)
+            ),
         ] {
             assert_eq!(repeated_phrase(&line).as_deref(), Some("!"), "{line}");
         }
@@ -451,6 +510,9 @@ mod tests {
             format!("+ echo '{bang}'"),
             format!("output: {bang}WARNING"),
             format!("Wow{bang} that was fast"),
+            format!("Training finished{}", "!".repeat(30)),
+            format!("训练完成{}", "!".repeat(30)),
+            format!("ALL TESTS PASSED{}", "!".repeat(40)),
             format!("data: {}", "\\u0000".repeat(20)),
             format!("{{\"role\": \"user\", \"content\": \"{bang}\"}}"),
         ] {
@@ -464,6 +526,66 @@ mod tests {
         assert_eq!(repeated_phrase(&line).as_deref(), Some("uctd"), "{line}");
         let line = format!("thro{}coefficientJJJJJJ", "ris".repeat(15));
         assert_eq!(repeated_phrase(&line).as_deref(), Some("ris"), "{line}");
+        let line = format!("Answer: {}", "The".repeat(12));
+        assert_eq!(repeated_phrase(&line).as_deref(), Some("The"), "{line}");
+        let line = format!(
+            "{{\"id\":\"cmpl-7\",\"text\":\"u{}\",\"n\":1}}",
+            "ctdu".repeat(13)
+        );
+        assert_eq!(repeated_phrase(&line).as_deref(), Some("uctd"), "{line}");
+        let line = format!("text=u{}", "ctdu".repeat(13));
+        assert_eq!(repeated_phrase(&line).as_deref(), Some("uctd"), "{line}");
+    }
+
+    /// Data that repeats a short run of letters: base64 of a run of one byte (spaces, tabs,
+    /// `#`, `*`: indented JSON or code, comment banners), and a DNA tandem repeat, soft-masked in
+    /// lower case as genome files write repeats.
+    /// A prompt repeats what a load test tells it to; the answer beside it still counts.
+    #[test]
+    fn a_repeated_prompt_is_no_loop() {
+        let glued = "test".repeat(12);
+        let phrase = "Hello world. ".repeat(12);
+        for line in [
+            format!("Received request cmpl-1: prompt: '{glued}', params: SamplingParams(n=1)"),
+            format!(
+                "Received request cmpl-2: prompt: '{phrase}', params: SamplingParams(n=1), prompt_token_ids: [1, 2]"
+            ),
+            format!("{{\"prompt\": \"{phrase}\", \"max_tokens\": 16}}"),
+            format!(
+                "RequestOutput(request_id=0, prompt='{glued}', outputs=[CompletionOutput(index=0, text=' Paris.')])"
+            ),
+        ] {
+            assert_eq!(repeated_phrase(&line), None, "{line}");
+        }
+        let line = format!(
+            "RequestOutput(request_id=0, prompt='Hi', outputs=[CompletionOutput(index=0, text='{phrase}')])"
+        );
+        assert_eq!(
+            repeated_phrase(&line).as_deref(),
+            Some("Hello world. "),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn base64_and_sequences_are_no_glued_words() {
+        for line in [
+            // 48 spaces, 60 tabs, 60 `#`.
+            "ICAg".repeat(16),
+            "CQkJ".repeat(20),
+            "IyMj".repeat(20),
+            // Indented JSON, a C comment banner, a file's contents in a JSON response.
+            format!("ew{}ImtleSI6ICJ2YWx1ZSIKfQ==", "ogICAgICAg".repeat(4)),
+            format!("data: Ly{}i8=", "oqKioqKioq".repeat(6)),
+            format!(
+                "{{\"name\": \"config.json\", \"content\": \"ewog{}ImEiOiAxCn0=\"}}",
+                "ICAg".repeat(13)
+            ),
+            "chr4:3074681 ttcagcagcagcagcagcagcagcagcagcagcagcagcagcaacagccgccaccg".to_owned(),
+            format!("GGCGACCCTGGAAAAGCTGATGAAGGCCTTC{}", "cag".repeat(14)),
+        ] {
+            assert_eq!(repeated_phrase(&line), None, "{line}");
+        }
     }
 
     #[test]

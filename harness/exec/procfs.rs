@@ -175,36 +175,38 @@ pub const TICKS_PER_SECOND: u64 = 100;
 
 /// CPU time consumed by a set of processes between two samples: the sum of each process's
 /// increase (a process that exits between samples stops counting, it does not subtract), and
-/// all the time of every process that appeared.
+/// all the time of every process that appeared. A process is its pid and its start time: one
+/// that took the pid of a process gone since the last sample is new (a compile's many short
+/// processes wrap the pids of a host with a small `pid_max` between two SLOW lines).
 ///
 /// Counting a new process's whole time is right for a cell's processes, which all started with
 /// the cell: so the first sample needs no baseline taken at the cell's start, and measures
 /// everything since then however late it comes.
 #[derive(Debug, Default)]
 pub struct CpuMeter {
-    /// Each process's CPU ticks and runqueue wait ticks at the previous sample.
-    last: HashMap<i32, (u64, u64)>,
+    /// Each process's (pid, start ticks) to its CPU ticks and runqueue wait ticks at the
+    /// previous sample.
+    last: HashMap<(i32, u64), (u64, u64)>,
 }
 
 impl CpuMeter {
     /// CPU used, and time spent waiting for a CPU, since the previous call.
     pub fn sample(&mut self, procs: &[ProcInfo]) -> Demand {
-        self.tally(
-            procs
-                .iter()
-                .map(|p| (p.pid, p.cpu_ticks, runqueue_wait_ticks(p.pid).unwrap_or(0))),
-        )
+        self.tally(procs.iter().map(|p| {
+            let waited = runqueue_wait_ticks(p.pid).unwrap_or(0);
+            ((p.pid, p.start_ticks), p.cpu_ticks, waited)
+        }))
     }
 
-    /// [`CpuMeter::sample`] over (pid, CPU ticks, wait ticks) readings.
-    fn tally(&mut self, readings: impl Iterator<Item = (i32, u64, u64)>) -> Demand {
+    /// [`CpuMeter::sample`] over ((pid, start ticks), CPU ticks, wait ticks) readings.
+    fn tally(&mut self, readings: impl Iterator<Item = ((i32, u64), u64, u64)>) -> Demand {
         let mut demand = Demand::default();
         let mut next = HashMap::new();
-        for (pid, used, waited) in readings {
-            let (used_before, waited_before) = self.last.get(&pid).copied().unwrap_or_default();
+        for (process, used, waited) in readings {
+            let (used_before, waited_before) = self.last.get(&process).copied().unwrap_or_default();
             demand.used += used.saturating_sub(used_before);
             demand.waited += waited.saturating_sub(waited_before);
-            next.insert(pid, (used, waited));
+            next.insert(process, (used, waited));
         }
         self.last = next;
         demand
@@ -333,13 +335,16 @@ mod tests {
     fn cpu_meter_counts_increases_and_new_processes() {
         let mut meter = CpuMeter::default();
         let d = |used, waited| Demand { used, waited };
-        assert_eq!(meter.tally([(1, 100, 7)].into_iter()), d(100, 7));
+        assert_eq!(meter.tally([((1, 10), 100, 7)].into_iter()), d(100, 7));
         assert_eq!(
-            meter.tally([(1, 130, 9), (2, 500, 40), (3, 0, 0)].into_iter()),
+            meter.tally([((1, 10), 130, 9), ((2, 20), 500, 40), ((3, 30), 0, 0)].into_iter()),
             d(30 + 500, 2 + 40)
         );
         // Processes 1 and 3 exited: no negative contribution.
-        assert_eq!(meter.tally([(2, 505, 40)].into_iter()), d(5, 0));
+        assert_eq!(meter.tally([((2, 20), 505, 40)].into_iter()), d(5, 0));
+        // Process 2 exited and a new one took its pid: all of the new one's time counts, none
+        // of it is lost to the old one's larger count.
+        assert_eq!(meter.tally([((2, 900), 60, 3)].into_iter()), d(60, 3));
     }
 
     #[test]
@@ -357,5 +362,90 @@ mod tests {
         assert_eq!(d(40, 10).shares(Duration::from_secs(1)), (0.4, 0.1));
         assert!(d(2, 60).is_busy(Duration::from_secs(1), 0.05));
         assert!(!d(2, 30).is_busy(Duration::from_secs(1), 0.05));
+    }
+
+    /// The first CPU this process may run on (a container's cpuset need not hold CPU 0).
+    fn first_allowed_cpu() -> String {
+        let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+        let list = status
+            .lines()
+            .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+            .expect("Cpus_allowed_list in /proc/self/status");
+        list.trim()
+            .split([',', '-'])
+            .next()
+            .expect("a CPU")
+            .to_owned()
+    }
+
+    /// The watchdog's rule on real processes over its horizon (two seconds): a spinner is busy;
+    /// a spinner starved of CPU (pinned to the spinner's CPU at the lowest priority, so it runs
+    /// a sliver of the time and waits for the CPU the rest) is busy too; a process woken every
+    /// 200 ms to do a little work, as a server answering health checks is, is idle.
+    #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the test starts the processes it measures"
+    )]
+    fn a_starved_spinner_is_busy_and_a_process_woken_every_200ms_is_not() {
+        use crate::watchdog::CPU_RATE;
+        use std::os::unix::process::CommandExt;
+        use std::process::{Child, Command};
+        use std::time::Instant;
+        let cpu = first_allowed_cpu();
+        let spawn = |args: &[&str]| -> Child {
+            Command::new(args[0])
+                .args(&args[1..])
+                .process_group(0)
+                .spawn()
+                .unwrap_or_else(|err| panic!("start {args:?}: {err}"))
+        };
+        let spin = "while :; do :; done";
+        let mut children = [
+            spawn(&["taskset", "-c", &cpu, "sh", "-c", spin]),
+            spawn(&["taskset", "-c", &cpu, "nice", "-n", "19", "sh", "-c", spin]),
+            spawn(&["sh", "-c", "while :; do sleep 0.2; done"]),
+        ];
+        let selectors: Vec<Selector> = children
+            .iter()
+            .map(|child| Selector {
+                pgid: Some(i32::try_from(child.id()).expect("pid")),
+                env_marker: None,
+                started_since: None,
+            })
+            .collect();
+        let mut meters: Vec<CpuMeter> = selectors.iter().map(|_| CpuMeter::default()).collect();
+        for (meter, selector) in meters.iter_mut().zip(&selectors) {
+            meter.sample(&find_alive(selector));
+        }
+        let start = Instant::now();
+        std::thread::sleep(Duration::from_secs(2));
+        let demands: Vec<Demand> = meters
+            .iter_mut()
+            .zip(&selectors)
+            .map(|(meter, selector)| meter.sample(&find_alive(selector)))
+            .collect();
+        let span = start.elapsed();
+        for child in &mut children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let [spinner, starved, woken] = [demands[0], demands[1], demands[2]];
+        assert!(
+            spinner.is_busy(span, CPU_RATE),
+            "spinner: {spinner:?} over {span:?}"
+        );
+        assert!(
+            starved.shares(span).0 < CPU_RATE,
+            "the low-priority spinner was not starved: {starved:?} over {span:?}"
+        );
+        assert!(
+            starved.is_busy(span, CPU_RATE),
+            "starved: {starved:?} over {span:?}"
+        );
+        assert!(
+            !woken.is_busy(span, CPU_RATE),
+            "woken: {woken:?} over {span:?}"
+        );
     }
 }

@@ -158,8 +158,9 @@ impl Watched {
 }
 
 impl WatchState {
-    /// CPU over the time since the last SLOW line, as the watchdog counts it: time spent waiting
-    /// for a CPU counts as busy, so a compile starved on a crowded host is not called idle.
+    /// CPU over the time since the last SLOW line, busy as the watchdog judges it
+    /// ([`procfs::is_busy`]): a compile starved on a crowded host, runnable most of the time, is
+    /// not called idle, and a server that only answers health checks is.
     fn cpu_seen(&mut self, selector: &Selector, now: Instant) -> String {
         let demand = self.meter.sample(&procfs::find_alive(selector));
         let span = now.duration_since(self.cpu_since);
