@@ -304,9 +304,21 @@ fn json_record(text: &str) -> Option<(String, Level)> {
     Some((message.to_owned(), level))
 }
 
+/// A line pasted as Markdown inline code (`` `TimeoutError: ... for 300 seconds` ``, or its first
+/// line only, where the span goes on to the next): the span's text. A backtick that closes inside
+/// the line quotes a name (xFormers' `` `cutlassF` is not supported because: ``) and stays.
+fn inline_code(text: &str) -> Option<&str> {
+    let inner = text.strip_prefix('`')?;
+    let inner = inner.strip_suffix('`').unwrap_or(inner);
+    (!inner.starts_with('`') && !inner.contains('`')).then_some(inner)
+}
+
 /// Prepares a raw line (without its newline) for the rules.
 pub(crate) fn clean(raw: &[u8]) -> Cleaned {
     let mut text = visible(raw);
+    if let Some(inner) = inline_code(&text) {
+        text = inner.to_owned();
+    }
     let mut level = Level::Unknown;
     if let Some((message, record_level)) = json_record(&text) {
         text = message;
