@@ -325,18 +325,10 @@ const MIN_WORDS: usize = 3;
 
 /// Where the group of lines the log ends with, repeated at least [`MIN_LINE_COPIES`] times, starts
 /// in `lines`, and the group. `None` marks a line a logger wrote (a level, a timestamp): it ends
-/// any loop. Blank lines, a closing code fence (```) and a last copy cut short are looked
+/// any loop. Blank lines, code fences (```) and a last copy cut short are looked
 /// through; the group holds two different lines at least and every one of them is prose.
 pub(crate) fn repeated_lines(lines: &[Option<String>]) -> Option<(usize, Vec<String>)> {
-    let mut kept: Vec<(usize, Option<&str>)> = lines
-        .iter()
-        .enumerate()
-        .map(|(i, line)| (i, line.as_deref().map(str::trim)))
-        .filter(|(_, line)| *line != Some(""))
-        .collect();
-    while kept.last().is_some_and(|(_, line)| *line == Some("```")) {
-        kept.pop();
-    }
+    let kept = kept_units(lines, std::iter::once);
     (2..=MAX_LINE_PERIOD)
         .find_map(|period| line_cycle(&kept, period, true))
         .map(|(start, unit)| (kept[start].0, unit))
@@ -348,14 +340,7 @@ pub(crate) fn repeated_lines(lines: &[Option<String>]) -> Option<(usize, Vec<Str
 /// on one line at least: text that flows, not a program that prints one message a line (those
 /// lines are the polls and retries [`repeated_lines`] leaves alone). One sentence may loop alone.
 pub(crate) fn repeated_sentences(lines: &[Option<String>]) -> Option<(usize, Vec<String>)> {
-    let mut kept: Vec<(usize, Option<&str>)> = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        match line.as_deref().map(str::trim) {
-            None => kept.push((i, None)),
-            Some("" | "```") => {}
-            Some(text) => kept.extend(sentences(text).map(|sentence| (i, Some(sentence)))),
-        }
-    }
+    let kept = kept_units(lines, sentences);
     (1..=MAX_LINE_PERIOD).find_map(|period| {
         let (start, unit) = line_cycle(&kept, period, false)?;
         // A copy must end inside a line, the next one going on after it: a program line of two
@@ -368,6 +353,24 @@ pub(crate) fn repeated_sentences(lines: &[Option<String>]) -> Option<(usize, Vec
             .any(|(k, pair)| (k + 1) % period == 0 && pair[0].0 == pair[1].0);
         wraps.then_some((kept[start].0, unit))
     })
+}
+
+/// What the loop checks compare: each line's units (`split`: the line itself, or its sentences)
+/// with the line they come from. Blank lines and code fences (```) are looked through; a line a
+/// logger wrote stays as `None`, which ends any loop.
+fn kept_units<'a, I: Iterator<Item = &'a str>>(
+    lines: &'a [Option<String>],
+    split: impl Fn(&'a str) -> I,
+) -> Vec<(usize, Option<&'a str>)> {
+    let mut kept = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        match line.as_deref().map(str::trim) {
+            None => kept.push((i, None)),
+            Some("" | "```") => {}
+            Some(text) => kept.extend(split(text).map(|unit| (i, Some(unit)))),
+        }
+    }
+    kept
 }
 
 /// The sentences of `text`: split after `.`, `!` or `?` where a space follows.
