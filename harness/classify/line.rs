@@ -306,9 +306,10 @@ fn json_record(text: &str) -> Option<(String, Level)> {
 
 /// A line pasted as Markdown inline code (`` `TimeoutError: ... for 300 seconds` ``, or its first
 /// line only, where the span goes on to the next): the span's text. A backtick that closes inside
-/// the line quotes a name (xFormers' `` `cutlassF` is not supported because: ``) and stays.
+/// the line quotes a name (xFormers' `` `cutlassF` is not supported because: ``) and stays. A
+/// paste often keeps spaces after the closing backtick; they do not hide it.
 fn inline_code(text: &str) -> Option<&str> {
-    let inner = text.strip_prefix('`')?;
+    let inner = text.strip_prefix('`')?.trim_end();
     let inner = inner.strip_suffix('`').unwrap_or(inner);
     (!inner.starts_with('`') && !inner.contains('`')).then_some(inner)
 }
@@ -778,6 +779,32 @@ mod tests {
             "Traceback for thread 155620 (ray::RayWorkerW) [] (most recent call last):"
         );
         assert_eq!(text(">>> import torch"), ">>> import torch");
+    }
+
+    #[test]
+    fn a_line_pasted_as_inline_code_is_read_as_its_span() {
+        assert_eq!(
+            text("`TimeoutError: Failed to get register_center_actor for 300 seconds`"),
+            "TimeoutError: Failed to get register_center_actor for 300 seconds"
+        );
+        // Spaces after the closing backtick, and a span that goes on to the next line.
+        assert_eq!(
+            text("`ValueError: Your setup doesn't support bf16/gpu.`  "),
+            "ValueError: Your setup doesn't support bf16/gpu."
+        );
+        assert_eq!(text("`RuntimeError: boom"), "RuntimeError: boom");
+        // A backtick that closes inside the line quotes a name; a fence is no span.
+        assert_eq!(
+            text("`cutlassF` is not supported because:"),
+            "`cutlassF` is not supported because:"
+        );
+        assert_eq!(
+            text(
+                "`use_cache=True` is incompatible with gradient checkpointing. Setting `use_cache=False`."
+            ),
+            "`use_cache=True` is incompatible with gradient checkpointing. Setting `use_cache=False`."
+        );
+        assert_eq!(text("```python"), "```python");
     }
 
     #[test]
