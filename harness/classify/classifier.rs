@@ -18,7 +18,6 @@ use super::fingerprint::fingerprint;
 use super::line::{Cleaned, Level, clean};
 use super::repetition::{
     asked_in_object, repeated_lines, repeated_phrase, repeated_sentences, token_zero,
-    token_zero_run,
 };
 use super::rules::{Kind, Table};
 use super::scan::{self, Excerpt, Findings, Hit};
@@ -508,7 +507,7 @@ fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> 
     };
     // A run of `!` in a message that a request holds is the prompt, whichever line its role is on.
     let lines: Vec<&str> = cleaned.iter().map(|line| line.text.as_str()).collect();
-    let asked = |i: usize, line: &str| token_zero_run(line) && asked_in_object(&lines, i);
+    let asked = |i: usize, line: &str| token_zero(line).is_some() && asked_in_object(&lines, i);
     let repeats = |phrase: String| {
         let phrase = phrase.trim().to_owned();
         let why = if phrase == "!" {

@@ -71,12 +71,8 @@ const ASKED_ROLE: &str = r#"(?i)["']role["']\s*:\s*["'](?:user|system)["']"#;
 /// it (64 or more): the answer collapsing as it was written. A line that cheers (`Training
 /// finished!!!!!!!!!!!!!!!!!!!!!!!!!!`) has a run as long as a person types, and no ellipsis.
 /// Vocabularies whose token 0 is a control character print it escaped in JSON: a run of
-/// `\u0000` after an output's label is the same failure.
-pub(crate) fn token_zero_run(line: &str) -> bool {
-    token_zero(line).is_some()
-}
-
-/// The token [`token_zero_run`] found repeated: `!`, or `NUL` for a run of `\u0000`.
+/// `\u0000` after an output's label is the same failure. Returns the token repeated: `!`, or
+/// `NUL` for a run of `\u0000`.
 pub(crate) fn token_zero(line: &str) -> Option<&'static str> {
     static RUN: LazyLock<Option<Regex>> = LazyLock::new(|| {
         Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer|reasoning(?:_content)?)["']?\s*[:=]\s*["']?(?:<\|[a-z_]{1,30}\|>)*(?:!{16,}|(?P<nul>(?:\\u0000){16,}))(?:["']|\s|$|\.\.\.)|\p{L}(?:!{24,}(?:\.\.\.|…)|!{64,})["']?\s*$"#).ok()
@@ -101,7 +97,7 @@ const OBJECT_SPAN: usize = 4;
 /// line above, Python's `pprint` sorts it below), or SGLang's `/generate` body, whose `text` is
 /// the prompt beside its `sampling_params`. The object is cut from the nearest unmatched braces
 /// around the run, at most [`OBJECT_SPAN`] lines away; without a brace on either side it is the
-/// run's own line, which [`token_zero_run`] has already read.
+/// run's own line, which [`token_zero`] has already read.
 pub(crate) fn asked_in_object(lines: &[&str], index: usize) -> bool {
     static ASKED: LazyLock<Option<Regex>> =
         LazyLock::new(|| Regex::new(&format!(r#"{ASKED_ROLE}|["']sampling_params["']\s*:"#)).ok());
@@ -221,11 +217,7 @@ fn repeating_unit(chars: &[char], period: usize) -> Option<String> {
 /// `-gencode arch=compute_90a,code=sm_90a`). A looping model does say `py py py ...` or
 /// `<|reserved_special_token_247|>` over and over.
 fn is_phrase(unit: &[char]) -> bool {
-    let mut letters = unit.iter().filter(|c| c.is_alphabetic());
-    let two_letters = letters
-        .next()
-        .is_some_and(|first| letters.any(|c| c != first));
-    if !two_letters || unit.iter().all(|c| c.is_alphanumeric()) {
+    if !two_different_letters(unit) || unit.iter().all(|c| c.is_alphanumeric()) {
         return false;
     }
     let text: String = unit.iter().collect();
@@ -254,12 +246,8 @@ fn is_glued_word(chars: &[char], start: usize, end: usize, period: usize) -> boo
     if n < 3 || copies_of_shorter {
         return false;
     }
-    let mut letters = unit.iter();
-    let two_letters = letters
-        .next()
-        .is_some_and(|first| letters.any(|c| c != first));
     let capital_inside = unit.iter().skip(1).any(|c| c.is_uppercase());
-    two_letters
+    two_different_letters(unit)
         && unit.iter().all(|c| c.is_alphabetic())
         && unit.iter().any(|c| c.is_lowercase() || !c.is_ascii())
         && !capital_inside
@@ -286,6 +274,14 @@ fn in_base64_blob(chars: &[char], start: usize, end: usize) -> bool {
             .iter()
             .take_while(padded)
             .any(not_letter)
+}
+
+/// The unit holds two different letters (a run of one character is a rule or padding).
+fn two_different_letters(unit: &[char]) -> bool {
+    let mut letters = unit.iter().filter(|c| c.is_alphabetic());
+    letters
+        .next()
+        .is_some_and(|first| letters.any(|c| c != first))
 }
 
 /// A list element: the unit holds the list's comma (wherever the repetition was entered), or
