@@ -162,11 +162,22 @@ pub fn find_alive(selector: &Selector) -> Vec<ProcInfo> {
         .collect()
 }
 
-/// Time the process's main thread spent runnable but waiting for a CPU, in clock ticks (from
-/// `/proc/<pid>/schedstat`; `None` where the kernel does not keep it). On a crowded machine a
-/// process that wants the CPU and does not get it uses no CPU time, yet it is not idle.
+/// Time the process's threads spent runnable but waiting for a CPU, summed, in clock ticks
+/// (from each `/proc/<pid>/task/<tid>/schedstat`; the main thread's alone where the threads
+/// cannot be listed, `None` where the kernel keeps no schedstat). On a crowded machine a process
+/// that wants the CPU and does not get it uses no CPU time, yet it is not idle; and the thread
+/// that wants it is often not the main one (an engine's main thread sleeps on a queue while a
+/// worker thread compiles), so every thread counts, as every thread's CPU time does.
 pub fn runqueue_wait_ticks(pid: i32) -> Option<u64> {
-    let waited_ns = Process::new(pid).ok()?.schedstat().ok()?.run_delay;
+    let process = Process::new(pid).ok()?;
+    let waited_ns = match process.tasks() {
+        Ok(tasks) => tasks
+            .flatten()
+            .filter_map(|task| task.schedstat().ok())
+            .map(|stat| stat.run_delay)
+            .sum(),
+        Err(_) => process.schedstat().ok()?.run_delay,
+    };
     Some(waited_ns / (1_000_000_000 / TICKS_PER_SECOND))
 }
 
@@ -378,9 +389,49 @@ mod tests {
             .to_owned()
     }
 
+    /// A Python process whose main thread waits on a worker thread that spins on `cpu` at the
+    /// lowest priority (Linux pins and nices a thread alone). Returned once the worker spins, so
+    /// that what is measured is the wait, not the interpreter's start.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the test starts the processes it measures"
+    )]
+    fn starved_worker_thread(cpu: &str) -> std::process::Child {
+        use std::io::BufRead;
+        use std::os::unix::process::CommandExt;
+        let script = format!(
+            "import os, threading\n\
+             ready = threading.Event()\n\
+             def spin():\n    \
+                 os.sched_setaffinity(0, {{{cpu}}})\n    \
+                 os.setpriority(os.PRIO_PROCESS, 0, 19)\n    \
+                 ready.set()\n    \
+                 while True: pass\n\
+             t = threading.Thread(target=spin)\n\
+             t.start()\n\
+             ready.wait()\n\
+             print('spinning', flush=True)\n\
+             t.join()\n"
+        );
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|err| panic!("start python3: {err}"));
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("piped stdout");
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read the worker's start");
+        assert_eq!(line.trim(), "spinning", "the worker thread did not start");
+        child
+    }
+
     /// The watchdog's rule on real processes over its horizon (two seconds): a spinner is busy;
     /// a spinner starved of CPU (pinned to the spinner's CPU at the lowest priority, so it runs
-    /// a sliver of the time and waits for the CPU the rest) is busy too; a process woken every
+    /// a sliver of the time and waits for the CPU the rest) is busy too, and so is a process
+    /// whose main thread sleeps while a starved worker thread spins; a process woken every
     /// 200 ms to do a little work, as a server answering health checks is, is idle.
     #[test]
     #[allow(
@@ -405,6 +456,7 @@ mod tests {
             spawn(&["taskset", "-c", &cpu, "sh", "-c", spin]),
             spawn(&["taskset", "-c", &cpu, "nice", "-n", "19", "sh", "-c", spin]),
             spawn(&["sh", "-c", "while :; do sleep 0.2; done"]),
+            starved_worker_thread(&cpu),
         ];
         let selectors: Vec<Selector> = children
             .iter()
@@ -430,7 +482,7 @@ mod tests {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let [spinner, starved, woken] = [demands[0], demands[1], demands[2]];
+        let [spinner, starved, woken, worker] = [demands[0], demands[1], demands[2], demands[3]];
         assert!(
             spinner.is_busy(span, CPU_RATE),
             "spinner: {spinner:?} over {span:?}"
@@ -446,6 +498,14 @@ mod tests {
         assert!(
             !woken.is_busy(span, CPU_RATE),
             "woken: {woken:?} over {span:?}"
+        );
+        assert!(
+            worker.shares(span).0 < CPU_RATE,
+            "the low-priority worker thread was not starved: {worker:?} over {span:?}"
+        );
+        assert!(
+            worker.is_busy(span, CPU_RATE),
+            "starved worker thread: {worker:?} over {span:?}"
         );
     }
 }
