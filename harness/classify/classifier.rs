@@ -15,6 +15,7 @@
 
 use super::explain::{self, Clue, ClueKind, DecidedBy};
 use super::fingerprint::fingerprint;
+use super::frames::py_spy_frames;
 use super::line::{Cleaned, Level, clean};
 use super::repetition::{
     asked_in_object, repeated_lines, repeated_phrase, repeated_sentences, token_zero,
@@ -374,6 +375,9 @@ impl Classifier {
         if let Some(out) = degenerate_output(&tail, &tail_text) {
             return out;
         }
+        if let Some(out) = stack_only(&tail, &tail_text) {
+            return out;
+        }
         // A complaint the process may survive is no account of a process killed by a signal
         // (SIGKILL with no sign of memory, a crash): that stays unnamed.
         if let Some(hit) = background.filter(|_| exit_signal.is_none()) {
@@ -483,6 +487,7 @@ fn signal_name(signal: i32) -> &'static str {
 const REPEATED_OUTPUT: &str = "repeated-output";
 const TOKEN_SOUP: &str = "token-soup";
 const REPEATED_LINES: &str = "repeated-lines";
+const PY_SPY_FRAMES: &str = "py-spy-frames";
 
 /// A check of the line at an index of the kept text: what it found and why it is degenerate.
 type LineCheck<'a> = dyn Fn(usize, &str) -> Option<(String, String)> + 'a;
@@ -561,6 +566,25 @@ fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> 
 
 /// The log ends with a few sentences printed over and over: where the loop starts in `text`,
 /// and what it repeats. A line a logger wrote (a level or a prefix stripped) is no generation.
+/// No line names a failure, and the last lines are Python frames in py-spy's form (`frames.rs`):
+/// a hang, shown by where the process waited when someone dumped it.
+fn stack_only(tail: &Excerpt, text: &[String]) -> Option<Classification> {
+    let cleaned: Vec<Cleaned> = text.iter().map(|l| clean(l.as_bytes())).collect();
+    let index = py_spy_frames(cleaned.iter().map(|line| line.text.as_str()))?;
+    let first_shown = text.len().saturating_sub(tail.lines.len());
+    let line = (tail.start + index as u64).saturating_sub(first_shown as u64);
+    let mut out = from_tail(tail);
+    out.signature = Signature::Deadlock;
+    out.fingerprint = Some(fingerprint(cleaned[index].text.trim()));
+    out.line = Some(line);
+    out.rule = Some(PY_SPY_FRAMES.to_owned());
+    out.decided_by = Some(DecidedBy::HangLines);
+    out.explanation = Some("the log ends with Python frames as py-spy dumps them (`function (file.py:line)`) and names no error: the process was dumped where it waited, it hung".to_owned());
+    out.hint = Some("read the frames of every rank: a collective, a queue, a lock or a synchronize that never returned is where it hangs; the rank not waiting where the others are stopped first".to_owned());
+    out.evidence = vec![Clue::new(ClueKind::Rule, PY_SPY_FRAMES, Some(line))];
+    Some(out)
+}
+
 fn looping_lines(text: &[String], cleaned: &[Cleaned]) -> Option<(usize, (String, String))> {
     let written: Vec<Option<String>> = text
         .iter()
@@ -659,6 +683,28 @@ mod tests {
 
     const NOISE: &str = "INFO 05-28 14:44:28 [loggers.py:116] Engine 000: Avg prompt throughput: 12.4 tokens/s\n\
         [2025-12-09 02:28:12 TP0] Prefill batch, #new-seq: 1, #new-token: 1025, #cached-token: 0\n";
+
+    #[test]
+    fn py_spy_frames_alone_are_a_hang_only_where_nothing_failed() {
+        let frames = "    wait (threading.py:320)\n    get (queue.py:171)\n    run_busy_loop (vllm/v1/engine/core.py:561)\n    <module> (serve.py:12)\n";
+        let c = log(&format!("{NOISE}{frames}"));
+        assert_eq!(c.signature, Signature::Deadlock);
+        assert_eq!(c.rule.as_deref(), Some(PY_SPY_FRAMES));
+        assert_eq!(c.line, Some(3));
+        assert_eq!(c.decided_by, Some(DecidedBy::HangLines));
+        // An error anywhere names the failure; three frames are no stack.
+        let c = log(&format!("{NOISE}ValueError: x\n{frames}"));
+        assert_eq!(c.signature, Signature::Unknown);
+        assert_eq!(c.rule.as_deref(), Some("python-exception"));
+        let three: String = frames.lines().take(3).map(|l| format!("{l}\n")).collect();
+        assert_eq!(
+            log(&format!("{NOISE}{three}")).signature,
+            Signature::Unknown
+        );
+        // A crash is no hang, whatever its log ends with.
+        let c = classify(&format!("{NOISE}{frames}"), exit(Some(139), None));
+        assert_eq!(c.signature, Signature::Segfault);
+    }
 
     #[test]
     fn a_crash_after_a_long_progress_bar_on_one_line_is_found() {

@@ -64,6 +64,9 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ([EWIFD]) \d+ \d+\]\s*(?:[\w.-]+:\d+:\s*)?",
     // ISO timestamps, bare or bracketed with sglang's `TP0`/`DP1 TP3` suffixes, GitHub Actions'.
     r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+[A-Z]{1,4}\d+)*\]?:?\s*",
+    // TeamCity's build log: the time of day and the build step (`[10:08:19] [Step 1/1] `,
+    // `[10:08:19]W:\t [Step 1/1] `).
+    r"^\[\d\d:\d\d:\d\d\](?:[iWEF]?:)?\s*\[Step \d+/\d+\]\s*",
     // `2023/10/26 12:12:06 ` (Go, glog-style collectors).
     r"^\d{4}/\d\d/\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s+",
     // syslog/journald: `Oct 04 13:19:39 host unit[394]: `.
@@ -522,6 +525,16 @@ mod tests {
                 "[rank0]:[E822 16:31:16.131931664 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught",
                 "[Rank 0] Watchdog caught",
                 Level::Error,
+            ),
+            (
+                "[10:08:19] [Step 1/1] /paddle/paddle/fluid/operators/nccl_op_test.cu.cc:237: Failure",
+                "/paddle/paddle/fluid/operators/nccl_op_test.cu.cc:237: Failure",
+                Level::Unknown,
+            ),
+            (
+                "[15:22:45]W:\t [Step 1/2] RuntimeError: x",
+                "RuntimeError: x",
+                Level::Unknown,
             ),
             (
                 "vllm-1  | ERROR 11-18 18:07:28 engine.py:366] ValueError: x",

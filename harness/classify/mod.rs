@@ -19,13 +19,14 @@
 //!
 //! Module layout: `classifier` (public types, choosing the root cause), `scan` (the streaming
 //! pass), `line` (prefix stripping), `rules` (the table), `explain` (the evidence behind a
-//! verdict), `fingerprint`, `repetition` (a generation that loops) and `soup` (a generation of
-//! many writing systems at once), both looked for in the log's last lines when nothing else names
-//! a failure.
+//! verdict), `fingerprint`, `repetition` (a generation that loops), `soup` (a generation of
+//! many writing systems at once) and `frames` (a hang shown by py-spy's frames alone), all looked
+//! for in the log's last lines when nothing else names a failure.
 
 mod classifier;
 mod explain;
 mod fingerprint;
+mod frames;
 mod line;
 mod repetition;
 mod rules;
