@@ -64,9 +64,11 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ([EWIFD]) \d+ \d+\]\s*(?:[\w.-]+:\d+:\s*)?",
     // ISO timestamps, bare or bracketed with sglang's `TP0`/`DP1 TP3` suffixes, GitHub Actions'.
     r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+[A-Z]{1,4}\d+)*\]?:?\s*",
-    // TeamCity's build log: the time of day and the build step (`[10:08:19] [Step 1/1] `,
-    // `[10:08:19]W:\t [Step 1/1] `).
-    r"^\[\d\d:\d\d:\d\d\](?:[iWEF]?:)?\s*\[Step \d+/\d+\]\s*",
+    // TeamCity's build log: the time of day and the build step (`[10:08:19] [Step 1/1] ` as the
+    // web view shows it; a downloaded log marks every line, `[10:08:19] :\t [Step 1/1] ` for plain
+    // output, `W:` for stderr, `i:` for TeamCity's own messages). The mark stays no level: TeamCity
+    // marks a traceback on stderr `W:`.
+    r"^\[\d\d:\d\d:\d\d\](?:[iWEF]?:| :)?\s*\[Step \d+/\d+\]\s*",
     // `2023/10/26 12:12:06 ` (Go, glog-style collectors).
     r"^\d{4}/\d\d/\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s+",
     // syslog/journald: `Oct 04 13:19:39 host unit[394]: `.
@@ -534,6 +536,11 @@ mod tests {
             (
                 "[15:22:45]W:\t [Step 1/2] RuntimeError: x",
                 "RuntimeError: x",
+                Level::Unknown,
+            ),
+            (
+                "[12:36:23] :\t [Step 1/1] RuntimeError: CUDA error: an illegal memory access was encountered",
+                "RuntimeError: CUDA error: an illegal memory access was encountered",
                 Level::Unknown,
             ),
             (

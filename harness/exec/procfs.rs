@@ -169,17 +169,27 @@ pub fn find_alive(selector: &Selector) -> Vec<ProcInfo> {
 /// that wants it is often not the main one (an engine's main thread sleeps on a queue while a
 /// worker thread compiles), so every thread counts, as every thread's CPU time does.
 pub fn runqueue_wait_ticks(pid: i32) -> Option<u64> {
-    let process = Process::new(pid).ok()?;
-    let waited_ns = match process.tasks() {
-        Ok(tasks) => tasks
-            .flatten()
-            .filter_map(|task| task.schedstat().ok())
-            .map(|stat| stat.run_delay)
-            .sum(),
-        Err(_) => process.schedstat().ok()?.run_delay,
-    };
-    Some(waited_ns / (1_000_000_000 / TICKS_PER_SECOND))
+    let waited_ns: u64 = thread_waits(pid)?.iter().map(|(_, ns)| ns).sum();
+    Some(waited_ns / NS_PER_TICK)
 }
+
+/// Each thread's time runnable but waiting for a CPU, in nanoseconds, by thread id (see
+/// [`runqueue_wait_ticks`]). A thread that exits takes its count with it, so a sum over the
+/// threads can fall between two reads: a meter compares thread by thread.
+fn thread_waits(pid: i32) -> Option<Vec<(i32, u64)>> {
+    let process = Process::new(pid).ok()?;
+    match process.tasks() {
+        Ok(tasks) => Some(
+            tasks
+                .flatten()
+                .filter_map(|task| Some((task.tid, task.schedstat().ok()?.run_delay)))
+                .collect(),
+        ),
+        Err(_) => Some(vec![(pid, process.schedstat().ok()?.run_delay)]),
+    }
+}
+
+const NS_PER_TICK: u64 = 1_000_000_000 / TICKS_PER_SECOND;
 
 /// CPU ticks per second (`getconf CLK_TCK`); 100 on every Linux the project runs on.
 pub const TICKS_PER_SECOND: u64 = 100;
@@ -193,33 +203,61 @@ pub const TICKS_PER_SECOND: u64 = 100;
 /// Counting a new process's whole time is right for a cell's processes, which all started with
 /// the cell: so the first sample needs no baseline taken at the cell's start, and measures
 /// everything since then however late it comes.
+///
+/// Waiting for a CPU is counted thread by thread, as the kernel keeps it: a thread that exits
+/// between samples takes its count with it (the process's CPU time keeps a dead thread's, its
+/// wait does not), so a sum over the threads could fall and hide the other threads' waits; a
+/// thread seen for the first time counts all its wait, as a new process does.
 #[derive(Debug, Default)]
 pub struct CpuMeter {
-    /// Each process's (pid, start ticks) to its CPU ticks and runqueue wait ticks at the
-    /// previous sample.
-    last: HashMap<(i32, u64), (u64, u64)>,
+    /// Each process's (pid, start ticks) to its CPU ticks and its threads' wait (thread id to
+    /// nanoseconds) at the previous sample.
+    last: HashMap<(i32, u64), (u64, HashMap<i32, u64>)>,
+    /// Nanoseconds of waiting counted so far, and how much of it was reported in whole ticks:
+    /// the remainder carries over, so that frequent samples do not round each share away.
+    waited_ns: u64,
+    waited_ticks: u64,
 }
 
 impl CpuMeter {
     /// CPU used, and time spent waiting for a CPU, since the previous call.
     pub fn sample(&mut self, procs: &[ProcInfo]) -> Demand {
         self.tally(procs.iter().map(|p| {
-            let waited = runqueue_wait_ticks(p.pid).unwrap_or(0);
-            ((p.pid, p.start_ticks), p.cpu_ticks, waited)
+            let waits = thread_waits(p.pid).unwrap_or_default();
+            ((p.pid, p.start_ticks), p.cpu_ticks, waits)
         }))
     }
 
-    /// [`CpuMeter::sample`] over ((pid, start ticks), CPU ticks, wait ticks) readings.
-    fn tally(&mut self, readings: impl Iterator<Item = ((i32, u64), u64, u64)>) -> Demand {
-        let mut demand = Demand::default();
+    /// [`CpuMeter::sample`] over ((pid, start ticks), CPU ticks, (thread id, wait ns) of each
+    /// thread) readings.
+    fn tally(
+        &mut self,
+        readings: impl Iterator<Item = ((i32, u64), u64, Vec<(i32, u64)>)>,
+    ) -> Demand {
+        let mut used_total = 0;
         let mut next = HashMap::new();
-        for (process, used, waited) in readings {
-            let (used_before, waited_before) = self.last.get(&process).copied().unwrap_or_default();
-            demand.used += used.saturating_sub(used_before);
-            demand.waited += waited.saturating_sub(waited_before);
-            next.insert(process, (used, waited));
+        for (process, used, waits) in readings {
+            let before = self.last.get(&process);
+            used_total += used.saturating_sub(before.map_or(0, |(used, _)| *used));
+            let threads_before = before.map(|(_, threads)| threads);
+            for &(tid, waited) in &waits {
+                // A count below the last one is another thread that took the id: all of it is new.
+                let waited_before = threads_before
+                    .and_then(|threads| threads.get(&tid))
+                    .copied()
+                    .filter(|before| *before <= waited)
+                    .unwrap_or(0);
+                self.waited_ns += waited - waited_before;
+            }
+            next.insert(process, (used, waits.into_iter().collect()));
         }
         self.last = next;
+        let ticks = self.waited_ns / NS_PER_TICK;
+        let demand = Demand {
+            used: used_total,
+            waited: ticks - self.waited_ticks,
+        };
+        self.waited_ticks = ticks;
         demand
     }
 }
@@ -346,16 +384,53 @@ mod tests {
     fn cpu_meter_counts_increases_and_new_processes() {
         let mut meter = CpuMeter::default();
         let d = |used, waited| Demand { used, waited };
-        assert_eq!(meter.tally([((1, 10), 100, 7)].into_iter()), d(100, 7));
+        // One thread of each process, waits in ticks.
+        let one =
+            |pid, start, used, waited: u64| ((pid, start), used, vec![(pid, waited * NS_PER_TICK)]);
+        assert_eq!(meter.tally([one(1, 10, 100, 7)].into_iter()), d(100, 7));
         assert_eq!(
-            meter.tally([((1, 10), 130, 9), ((2, 20), 500, 40), ((3, 30), 0, 0)].into_iter()),
+            meter.tally([one(1, 10, 130, 9), one(2, 20, 500, 40), one(3, 30, 0, 0)].into_iter()),
             d(30 + 500, 2 + 40)
         );
         // Processes 1 and 3 exited: no negative contribution.
-        assert_eq!(meter.tally([((2, 20), 505, 40)].into_iter()), d(5, 0));
+        assert_eq!(meter.tally([one(2, 20, 505, 40)].into_iter()), d(5, 0));
         // Process 2 exited and a new one took its pid: all of the new one's time counts, none
         // of it is lost to the old one's larger count.
-        assert_eq!(meter.tally([((2, 900), 60, 3)].into_iter()), d(60, 3));
+        assert_eq!(meter.tally([one(2, 900, 60, 3)].into_iter()), d(60, 3));
+    }
+
+    #[test]
+    fn cpu_meter_keeps_waits_of_live_threads_when_a_thread_exits() {
+        let mut meter = CpuMeter::default();
+        let tick = NS_PER_TICK;
+        let process = |waits: Vec<(i32, u64)>| [((7, 70), 0, waits)].into_iter();
+        assert_eq!(
+            meter
+                .tally(process(vec![(7, 0), (8, 500 * tick), (9, 0)]))
+                .waited,
+            500
+        );
+        // Thread 8 (500 ticks of waiting) exited; 9 waited 30 more and a new thread 10 waited 20:
+        // 50 ticks, where the sum over the threads fell from 500 to 50.
+        assert_eq!(
+            meter
+                .tally(process(vec![(7, 0), (9, 30 * tick), (10, 20 * tick)]))
+                .waited,
+            50
+        );
+        // Thread 9's id went to a new thread whose count (5) is below the old one's: all new.
+        assert_eq!(
+            meter
+                .tally(process(vec![(7, 0), (9, 5 * tick), (10, 20 * tick)]))
+                .waited,
+            5
+        );
+        // Waits of less than a tick a sample add up instead of rounding away.
+        let mut waited = 0;
+        for n in 1..=10u64 {
+            waited += meter.tally(process(vec![(7, n * tick / 2)])).waited;
+        }
+        assert_eq!(waited, 5);
     }
 
     #[test]
