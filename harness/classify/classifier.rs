@@ -963,13 +963,18 @@ mod tests {
             (alone.signature, alone.rule.as_deref()),
             (Signature::WrongOutput, Some("nan-cast"))
         );
-        let killed = log(&format!("{cast}Epoch 3: 41%|####      | 410/1000\nKilled\n"));
+        let killed = log(&format!(
+            "{cast}Epoch 3: 41%|####      | 410/1000\nKilled\n"
+        ));
         assert_eq!(
             (killed.signature, killed.rule.as_deref()),
             (Signature::Oom, Some("killed"))
         );
         let raised = log(&format!("{cast}KeyError: 'scenario_token'\n"));
-        assert_eq!((raised.signature, raised.line), (Signature::Unknown, Some(3)));
+        assert_eq!(
+            (raised.signature, raised.line),
+            (Signature::Unknown, Some(3))
+        );
         let hung = log(&format!(
             "{cast}#0  0x00007f in __pthread_cond_wait_common (cond=0x1) at pthread_cond_wait.c:503\n\
             #1  0x00007f in __futex_abstimed_wait_common64 (private=128) at futex-internal.c:57\n"
