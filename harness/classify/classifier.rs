@@ -951,6 +951,37 @@ mod tests {
         assert_eq!(signalled.signature, Signature::Unknown);
     }
 
+    /// NumPy's NaN-cast warning is printed by healthy runs too (a map utility casting a column
+    /// with NaNs to int, thousands of times in a training run that goes on): it names the failure
+    /// only where nothing else does, not ahead of a later `Killed`, a generic exception or a hang.
+    #[test]
+    fn a_nan_cast_warning_names_only_what_nothing_else_does() {
+        let cast = "/root/code/nuplan-devkit/nuplan/common/maps/nuplan_map/utils.py:413: RuntimeWarning: invalid value encountered in cast\n\
+            \x20 return elements.iloc[np.where(elements[column_label].to_numpy().astype(int) == int(desired_value))]\n";
+        let alone = log(cast);
+        assert_eq!(
+            (alone.signature, alone.rule.as_deref()),
+            (Signature::WrongOutput, Some("nan-cast"))
+        );
+        let killed = log(&format!(
+            "{cast}Epoch 3: 41%|####      | 410/1000\nKilled\n"
+        ));
+        assert_eq!(
+            (killed.signature, killed.rule.as_deref()),
+            (Signature::Oom, Some("killed"))
+        );
+        let raised = log(&format!("{cast}KeyError: 'scenario_token'\n"));
+        assert_eq!(
+            (raised.signature, raised.line),
+            (Signature::Unknown, Some(3))
+        );
+        let hung = log(&format!(
+            "{cast}#0  0x00007f in __pthread_cond_wait_common (cond=0x1) at pthread_cond_wait.c:503\n\
+            #1  0x00007f in __futex_abstimed_wait_common64 (private=128) at futex-internal.c:57\n"
+        ));
+        assert_eq!(hung.signature, Signature::Deadlock);
+    }
+
     /// The traceback a library logs with a complaint it survives is part of the complaint: its
     /// failure of the same kind is no fatal line, and a later failure still decides.
     #[test]
