@@ -19,6 +19,7 @@ use super::frames::py_spy_frames;
 use super::line::{Cleaned, Level, clean};
 use super::repetition::{
     asked_in_object, repeated_lines, repeated_phrase, repeated_sentences, token_zero,
+    token_zero_below_label,
 };
 use super::rules::{Kind, Table};
 use super::scan::{self, Excerpt, Findings, Hit};
@@ -535,6 +536,7 @@ fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> 
         first(0, &|i, line| {
             token_zero(line)
                 .filter(|_| !asked(i, line))
+                .or_else(|| token_zero_below_label(&lines, i).then_some("!"))
                 .map(|token| repeats(token.to_owned()))
         })
     })

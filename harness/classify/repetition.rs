@@ -89,6 +89,27 @@ pub(crate) fn token_zero(line: &str) -> Option<&'static str> {
     })
 }
 
+/// `!` on a line of its own that makes token 0's run (a person's banner of `!` is shorter).
+const MIN_BARE_RUN: usize = 64;
+
+/// `lines[index]` is nothing but a run of `!` ([`MIN_BARE_RUN`] or more) under a line that is an
+/// output's label alone (`NO.1 生成文本:`, `========= output =========`, `Response:`): the answer
+/// a script printed below its label, token 0 over and over, as [`token_zero`] reads it on the
+/// label's own line.
+pub(crate) fn token_zero_below_label(lines: &[&str], index: usize) -> bool {
+    static LABEL: LazyLock<Option<Regex>> = LazyLock::new(|| {
+        Regex::new(r"(?i)(?:\b(?:generated[ _]?text|outputs?|response|answer|completion)|生成文本|输出|回答)\s*[:：]?\s*[=*#-]*\s*$").ok()
+    });
+    let Some(line) = lines.get(index).map(|line| line.trim()) else {
+        return false;
+    };
+    if line.len() < MIN_BARE_RUN || line.bytes().any(|b| b != b'!') {
+        return false;
+    }
+    let label = lines[..index].iter().rev().find(|l| !l.trim().is_empty());
+    label.is_some_and(|label| LABEL.as_ref().is_some_and(|re| re.is_match(label)))
+}
+
 /// Lines either side of a run of `!` that may hold the rest of the object it is a field of.
 const OBJECT_SPAN: usize = 4;
 
@@ -455,7 +476,7 @@ fn is_prose(line: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{repeated_lines, repeated_phrase, repeated_sentences};
+    use super::{repeated_lines, repeated_phrase, repeated_sentences, token_zero_below_label};
 
     #[test]
     fn a_phrase_said_over_and_over_is_found() {
@@ -478,6 +499,29 @@ mod tests {
         assert!(repeated_phrase(&apostrophe).is_some());
         let short = format!("{{\"text_output\": \"import numpy {}\"}}", "py ".repeat(20));
         assert!(repeated_phrase(&short).is_some_and(|unit| unit.trim() == "py"));
+    }
+
+    #[test]
+    fn a_run_of_token_zero_below_an_outputs_label_is_a_generation() {
+        let run = "!".repeat(128);
+        for label in ["========= output =========", "NO.1 生成文本:", "Response:"] {
+            let lines = [label, "", run.as_str()];
+            assert!(token_zero_below_label(&lines, 2), "{label}");
+        }
+        // A banner of `!` a person types, a run under a prompt or a log line, or one that is not
+        // alone on its line, is no answer.
+        let banner = "!".repeat(40);
+        assert!(!token_zero_below_label(&["Output:", banner.as_str()], 1));
+        assert!(!token_zero_below_label(&["Prompt:", run.as_str()], 1));
+        assert!(!token_zero_below_label(
+            &[
+                "INFO 05-28 14:44:28 [loggers.py:116] Engine 000",
+                run.as_str()
+            ],
+            1
+        ));
+        let worded = format!("Done {run}");
+        assert!(!token_zero_below_label(&["Output:", worded.as_str()], 1));
     }
 
     #[test]
