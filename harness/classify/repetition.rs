@@ -95,10 +95,12 @@ const MIN_BARE_RUN: usize = 64;
 /// `lines[index]` is nothing but a run of `!` ([`MIN_BARE_RUN`] or more) under a line that is an
 /// output's label alone (`NO.1 生成文本:`, `========= output =========`, `Response:`): the answer
 /// a script printed below its label, token 0 over and over, as [`token_zero`] reads it on the
-/// label's own line.
+/// label's own line. The label is the whole line: a sentence that merely ends in "output" or
+/// "response" ("Run with --verbose for more output", "could not parse the response") is a message,
+/// and a banner of `!` under it is a tool's warning box.
 pub(crate) fn token_zero_below_label(lines: &[&str], index: usize) -> bool {
     static LABEL: LazyLock<Option<Regex>> = LazyLock::new(|| {
-        Regex::new(r"(?i)(?:\b(?:generated[ _]?text|outputs?|response|answer|completion)|生成文本|输出|回答)\s*[:：]?\s*[=*#-]*\s*$").ok()
+        Regex::new(r"(?i)^\s*(?:no\.?\s*\d+\s*)?[=*#-]*\s*(?:(?:model|generated|final)[ _])?(?:generated[ _]?text|outputs?|response|answer|completion|生成文本|输出|回答)\s*[:：]?\s*[=*#-]*\s*$").ok()
     });
     let Some(line) = lines.get(index).map(|line| line.trim()) else {
         return false;
@@ -520,6 +522,17 @@ mod tests {
             ],
             1
         ));
+        for message in [
+            "Run with --verbose for more output",
+            "ERROR: could not parse the response",
+            "No output",
+        ] {
+            assert!(
+                !token_zero_below_label(&[message, run.as_str()], 1),
+                "{message}"
+            );
+        }
+        assert!(token_zero_below_label(&["Model output:", run.as_str()], 1));
         let worded = format!("Done {run}");
         assert!(!token_zero_below_label(&["Output:", worded.as_str()], 1));
     }
