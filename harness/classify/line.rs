@@ -375,10 +375,15 @@ pub(crate) fn clean(raw: &[u8]) -> Cleaned {
 
 /// Whether a cleaned line is source code quoted by a traceback (`File "..."`, `raise X(...)`,
 /// `^^^^` markers) or by pytest (a `pytest.raises(...)` context names the error the test
-/// expects): the exception line below it is the one that counts.
+/// expects): the exception line below it is the one that counts. A traceback pasted with its
+/// newlines lost runs its frames, its code and its exception line into one line that starts
+/// like a frame or a `raise` (`File "...", line 1906, in broadcast ... DistBackendError: NCCL
+/// error in: ...`): that line holds the exception too, and is read as text.
 pub(crate) fn is_code(text: &str) -> bool {
-    text.starts_with("File \"")
-        || text.starts_with("raise ")
+    static EXCEPTION: LazyLock<Option<Regex>> =
+        LazyLock::new(|| Regex::new(r"\b[A-Z]\w*(?:Error|Exception): ").ok());
+    let collapsed = || EXCEPTION.as_ref().is_some_and(|re| re.is_match(text));
+    ((text.starts_with("File \"") || text.starts_with("raise ")) && !collapsed())
         || text.contains("pytest.raises(")
         || text.starts_with("assert ")
         || text.chars().all(|c| matches!(c, '^' | '~' | ' '))
@@ -884,6 +889,14 @@ mod tests {
             "raise ValueError(\"No available memory for the cache blocks. \""
         ));
         assert!(is_code("File \"/x.py\", line 1, in f"));
+        assert!(is_code("raise RuntimeError(f\"NCCL error: {error_str}\")"));
+        // A traceback whose newlines were lost holds its exception line.
+        assert!(!is_code(
+            "File \"/opt/conda/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py\", line 1906, in broadcast 10: work = default_pg.broadcast([tensor], opts) 10: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1331, unhandled system error"
+        ));
+        assert!(!is_code(
+            "raise RuntimeError(f\"NCCL error: {error_str}\") ERROR 11-04 18:02:56 [multiproc_executor.py:597] RuntimeError: NCCL error: unhandled cuda error"
+        ));
         assert!(is_code("^^^^^^^^"));
         assert!(!is_code("ValueError: No available memory"));
     }
