@@ -391,19 +391,35 @@ pub(crate) fn is_code(text: &str) -> bool {
 
 /// Whether a line that starts like quoted code goes on past it into an exception line (`...
 /// DistBackendError: NCCL error`): an exception name after a space or a `.`, outside any
-/// string literal (an even count of each quote before it).
+/// string literal.
 fn holds_exception_line(text: &str) -> bool {
     static EXCEPTION: LazyLock<Option<Regex>> =
         LazyLock::new(|| Regex::new(r"\b[A-Z]\w*(?:Error|Exception): ").ok());
     let outside_quotes = |start: usize| {
         let before = &text[..start];
-        let after_space_or_path = before.ends_with([' ', '.']);
-        let even = |q: char| before.matches(q).count() % 2 == 0;
-        after_space_or_path && even('"') && even('\'')
+        before.ends_with([' ', '.']) && !in_string_literal(before)
     };
     EXCEPTION
         .as_ref()
         .is_some_and(|re| re.find_iter(text).any(|m| outside_quotes(m.start())))
+}
+
+/// Whether Python code cut off here is inside a string literal: a quote opens one that only the
+/// same quote closes (`"can't"` is closed), and a backslash escapes the next character.
+fn in_string_literal(code: &str) -> bool {
+    let mut open: Option<char> = None;
+    let mut chars = code.chars();
+    while let Some(c) = chars.next() {
+        match (open, c) {
+            (Some(_), '\\') => {
+                chars.next();
+            }
+            (Some(q), c) if c == q => open = None,
+            (None, '"' | '\'') => open = Some(c),
+            _ => {}
+        }
+    }
+    open.is_some()
 }
 
 /// A raw line as an excerpt shows it: valid UTF-8, no colour or control characters, capped.
@@ -912,6 +928,10 @@ mod tests {
         assert!(is_code("raise MemoryError(f'MemoryError: {e}.')"));
         assert!(is_code(
             "raise ValueError(f\"Invalid dtype. TypeError: {err} (device {device})\")"
+        ));
+        // An apostrophe inside a double-quoted message does not open a string.
+        assert!(!is_code(
+            "raise ValueError(\"can't load weights\") ValueError: can't load weights"
         ));
         // A traceback whose newlines were lost holds its exception line.
         assert!(!is_code(
