@@ -378,15 +378,48 @@ pub(crate) fn clean(raw: &[u8]) -> Cleaned {
 /// expects): the exception line below it is the one that counts. A traceback pasted with its
 /// newlines lost runs its frames, its code and its exception line into one line that starts
 /// like a frame or a `raise` (`File "...", line 1906, in broadcast ... DistBackendError: NCCL
-/// error in: ...`): that line holds the exception too, and is read as text.
+/// error in: ...`): that line holds the exception too, and is read as text. An exception name
+/// inside the code's own string literal (`raise RuntimeError(f"RuntimeError: {e}") from e`, a
+/// wrapper re-raising what it caught) is still code: the pasted exception line stands outside
+/// any quotes, after a space or a module path.
 pub(crate) fn is_code(text: &str) -> bool {
-    static EXCEPTION: LazyLock<Option<Regex>> =
-        LazyLock::new(|| Regex::new(r"\b[A-Z]\w*(?:Error|Exception): ").ok());
-    let collapsed = || EXCEPTION.as_ref().is_some_and(|re| re.is_match(text));
-    ((text.starts_with("File \"") || text.starts_with("raise ")) && !collapsed())
+    ((text.starts_with("File \"") || text.starts_with("raise ")) && !holds_exception_line(text))
         || text.contains("pytest.raises(")
         || text.starts_with("assert ")
         || text.chars().all(|c| matches!(c, '^' | '~' | ' '))
+}
+
+/// Whether a line that starts like quoted code goes on past it into an exception line (`...
+/// DistBackendError: NCCL error`): an exception name after a space or a `.`, outside any
+/// string literal.
+fn holds_exception_line(text: &str) -> bool {
+    static EXCEPTION: LazyLock<Option<Regex>> =
+        LazyLock::new(|| Regex::new(r"\b[A-Z]\w*(?:Error|Exception): ").ok());
+    let outside_quotes = |start: usize| {
+        let before = &text[..start];
+        before.ends_with([' ', '.']) && !in_string_literal(before)
+    };
+    EXCEPTION
+        .as_ref()
+        .is_some_and(|re| re.find_iter(text).any(|m| outside_quotes(m.start())))
+}
+
+/// Whether Python code cut off here is inside a string literal: a quote opens one that only the
+/// same quote closes (`"can't"` is closed), and a backslash escapes the next character.
+fn in_string_literal(code: &str) -> bool {
+    let mut open: Option<char> = None;
+    let mut chars = code.chars();
+    while let Some(c) = chars.next() {
+        match (open, c) {
+            (Some(_), '\\') => {
+                chars.next();
+            }
+            (Some(q), c) if c == q => open = None,
+            (None, '"' | '\'') => open = Some(c),
+            _ => {}
+        }
+    }
+    open.is_some()
 }
 
 /// A raw line as an excerpt shows it: valid UTF-8, no colour or control characters, capped.
@@ -890,6 +923,16 @@ mod tests {
         ));
         assert!(is_code("File \"/x.py\", line 1, in f"));
         assert!(is_code("raise RuntimeError(f\"NCCL error: {error_str}\")"));
+        // An exception name inside the raise's own message is the code's, not a pasted line.
+        assert!(is_code("raise RuntimeError(f\"RuntimeError: {e}\") from e"));
+        assert!(is_code("raise MemoryError(f'MemoryError: {e}.')"));
+        assert!(is_code(
+            "raise ValueError(f\"Invalid dtype. TypeError: {err} (device {device})\")"
+        ));
+        // An apostrophe inside a double-quoted message does not open a string.
+        assert!(!is_code(
+            "raise ValueError(\"can't load weights\") ValueError: can't load weights"
+        ));
         // A traceback whose newlines were lost holds its exception line.
         assert!(!is_code(
             "File \"/opt/conda/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py\", line 1906, in broadcast 10: work = default_pg.broadcast([tensor], opts) 10: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1331, unhandled system error"
