@@ -373,10 +373,12 @@ impl Classifier {
             }
             return out;
         }
-        if let Some(out) = degenerate_output(&tail, &tail_text) {
+        // The checks of the last lines read them cleaned, once.
+        let cleaned: Vec<Cleaned> = tail_text.iter().map(|l| clean(l.as_bytes())).collect();
+        if let Some(out) = degenerate_output(&tail, &tail_text, &cleaned) {
             return out;
         }
-        if let Some(out) = stack_only(&tail, &tail_text) {
+        if let Some(out) = stack_only(&tail, &cleaned) {
             return out;
         }
         // A complaint the process may survive is no account of a process killed by a signal
@@ -497,8 +499,11 @@ type LineCheck<'a> = dyn Fn(usize, &str) -> Option<(String, String)> + 'a;
 /// of the last lines (prefixes stripped) repeats a phrase over and over or is token soup of four
 /// writing systems and more, or the log ends with a few sentences printed over and over. A weak
 /// line of its own: it decides only where nothing else does.
-fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> {
-    let cleaned: Vec<Cleaned> = text.iter().map(|l| clean(l.as_bytes())).collect();
+fn degenerate_output(
+    tail: &Excerpt,
+    text: &[String],
+    cleaned: &[Cleaned],
+) -> Option<Classification> {
     // `text` ends with the excerpt's lines: the line checks look at those, the loop over whole
     // lines at all of `text`, and so does token 0 (a run of `!` or `\u0000` after an output's
     // label, a text broken off into a run of `!` longer than a person types), which is no
@@ -552,41 +557,66 @@ fn degenerate_output(tail: &Excerpt, text: &[String]) -> Option<Classification> 
         })
         .map(|found| (TOKEN_SOUP, found))
     })
-    .or_else(|| looping_lines(text, &cleaned).map(|found| (REPEATED_LINES, found)))?;
-    let line = (tail.start + index as u64).saturating_sub(first_shown as u64);
-    let mut out = from_tail(tail);
-    out.signature = Signature::WrongOutput;
-    out.fingerprint = Some(fingerprint(&what));
-    out.line = Some(line);
-    out.rule = Some(rule.to_owned());
-    out.decided_by = Some(DecidedBy::WeakLine);
-    out.explanation = Some(why);
-    out.hint = Some("compare with a reference run of the same prompt; a kernel or quantization that corrupts the logits (dtype, scale, a wrong arch path) is the usual cause".to_owned());
-    out.evidence = vec![Clue::new(ClueKind::Rule, rule, Some(line))];
-    Some(out)
+    .or_else(|| looping_lines(text, cleaned).map(|found| (REPEATED_LINES, found)))?;
+    Some(TailFinding {
+        index,
+        signature: Signature::WrongOutput,
+        rule,
+        decided_by: DecidedBy::WeakLine,
+        what,
+        why,
+        hint: "compare with a reference run of the same prompt; a kernel or quantization that corrupts the logits (dtype, scale, a wrong arch path) is the usual cause",
+    }.classify(tail, text.len()))
+}
+
+/// No line names a failure, and the last lines are Python frames in py-spy's form (`frames.rs`):
+/// a hang, shown by where the process waited when someone dumped it.
+fn stack_only(tail: &Excerpt, cleaned: &[Cleaned]) -> Option<Classification> {
+    let index = py_spy_frames(cleaned.iter().map(|line| line.text.as_str()))?;
+    Some(TailFinding {
+        index,
+        signature: Signature::Deadlock,
+        rule: PY_SPY_FRAMES,
+        decided_by: DecidedBy::HangLines,
+        what: cleaned[index].text.trim().to_owned(),
+        why: "the log ends with Python frames as py-spy dumps them (`function (file.py:line)`) and names no error: the process was dumped where it waited, it hung".to_owned(),
+        hint: "read the frames of every rank: a collective, a queue, a lock or a synchronize that never returned is where it hangs; the rank not waiting where the others are stopped first",
+    }.classify(tail, cleaned.len()))
+}
+
+/// What a check of the log's last lines found: the line (an index into the kept text, which
+/// ends with the excerpt's lines), the rule and signature it names, and how it reads.
+struct TailFinding {
+    index: usize,
+    signature: Signature,
+    rule: &'static str,
+    decided_by: DecidedBy,
+    /// What the fingerprint is made of.
+    what: String,
+    why: String,
+    hint: &'static str,
+}
+
+impl TailFinding {
+    /// The verdict, its line numbered in the log: `kept` lines were kept, the excerpt's last.
+    fn classify(self, tail: &Excerpt, kept: usize) -> Classification {
+        let first_shown = kept.saturating_sub(tail.lines.len());
+        let line = (tail.start + self.index as u64).saturating_sub(first_shown as u64);
+        let mut out = from_tail(tail);
+        out.signature = self.signature;
+        out.fingerprint = Some(fingerprint(&self.what));
+        out.line = Some(line);
+        out.rule = Some(self.rule.to_owned());
+        out.decided_by = Some(self.decided_by);
+        out.explanation = Some(self.why);
+        out.hint = Some(self.hint.to_owned());
+        out.evidence = vec![Clue::new(ClueKind::Rule, self.rule, Some(line))];
+        out
+    }
 }
 
 /// The log ends with a few sentences printed over and over: where the loop starts in `text`,
 /// and what it repeats. A line a logger wrote (a level or a prefix stripped) is no generation.
-/// No line names a failure, and the last lines are Python frames in py-spy's form (`frames.rs`):
-/// a hang, shown by where the process waited when someone dumped it.
-fn stack_only(tail: &Excerpt, text: &[String]) -> Option<Classification> {
-    let cleaned: Vec<Cleaned> = text.iter().map(|l| clean(l.as_bytes())).collect();
-    let index = py_spy_frames(cleaned.iter().map(|line| line.text.as_str()))?;
-    let first_shown = text.len().saturating_sub(tail.lines.len());
-    let line = (tail.start + index as u64).saturating_sub(first_shown as u64);
-    let mut out = from_tail(tail);
-    out.signature = Signature::Deadlock;
-    out.fingerprint = Some(fingerprint(cleaned[index].text.trim()));
-    out.line = Some(line);
-    out.rule = Some(PY_SPY_FRAMES.to_owned());
-    out.decided_by = Some(DecidedBy::HangLines);
-    out.explanation = Some("the log ends with Python frames as py-spy dumps them (`function (file.py:line)`) and names no error: the process was dumped where it waited, it hung".to_owned());
-    out.hint = Some("read the frames of every rank: a collective, a queue, a lock or a synchronize that never returned is where it hangs; the rank not waiting where the others are stopped first".to_owned());
-    out.evidence = vec![Clue::new(ClueKind::Rule, PY_SPY_FRAMES, Some(line))];
-    Some(out)
-}
-
 fn looping_lines(text: &[String], cleaned: &[Cleaned]) -> Option<(usize, (String, String))> {
     let written: Vec<Option<String>> = text
         .iter()
