@@ -10,12 +10,18 @@
 //! 5. the first weak line (a generic exception, "worker died", a bare `Killed`);
 //! 6. otherwise `unknown`, with no line.
 //!
+//! Where that leaves the log `unknown` without having called it an infrastructure fault or
+//! something outside the taxonomy on purpose (nothing matched, or only a line that names no cause:
+//! a generic exception, a reported death), the lexical model reads the words of the log's last
+//! lines (`lexical.rs`) and names a signature if it is sure enough.
+//!
 //! Each step that decides says so ([`DecidedBy`]) and keeps its evidence (`explain.rs`): the rule
 //! and line, what the line names, the wrapper it replaced, the exit and the watchdog's verdict.
 
 use super::explain::{self, Clue, ClueKind, DecidedBy};
 use super::fingerprint::fingerprint;
 use super::frames::py_spy_frames;
+use super::lexical::{self, Model, Words};
 use super::line::{Cleaned, Level, clean};
 use super::repetition::{
     asked_in_object, repeated_lines, repeated_phrase, repeated_sentences, token_zero,
@@ -138,6 +144,8 @@ pub enum ClassifyError {
 #[derive(Debug, Clone)]
 pub struct Classifier {
     table: Arc<Table>,
+    /// The lexical model, for a log the rules leave `unknown` (`None`: rules only).
+    lexical: Option<Arc<Model>>,
 }
 
 /// The built-in table, compiled on first use. It is data compiled into the binary and checked by
@@ -155,6 +163,7 @@ impl Classifier {
     pub fn builtin() -> Classifier {
         Classifier {
             table: Arc::clone(&BUILTIN),
+            lexical: lexical::BUILTIN.clone(),
         }
     }
 
@@ -166,7 +175,30 @@ impl Classifier {
         }
         Ok(Classifier {
             table: Arc::new(Table::build(user)?),
+            lexical: lexical::BUILTIN.clone(),
         })
+    }
+
+    /// The same classifier without the lexical model: rules, exit and watchdog only.
+    pub fn rules_only(self) -> Classifier {
+        Classifier {
+            lexical: None,
+            ..self
+        }
+    }
+
+    #[cfg(test)]
+    fn with_lexical_model(self, model: Model) -> Classifier {
+        Classifier {
+            lexical: Some(Arc::new(model)),
+            ..self
+        }
+    }
+
+    /// The words of the last lines of a log, as the lexical model reads them (for training it).
+    pub fn lexical_words<R: io::Read>(&self, reader: R) -> io::Result<Words> {
+        let found = scan::scan(&self.table, reader)?;
+        Ok(lexical::words(&found.tail_text))
     }
 
     /// Classifies a log read from `reader` (streamed; memory stays bounded).
@@ -190,16 +222,27 @@ impl Classifier {
     /// import-time warning). What the harness saw of a cell that served (its answer failed the
     /// check, the server's error answer) says more than such a line.
     pub fn decided_by_complaint(&self, found: &Classification) -> bool {
-        found.rule.as_deref().is_some_and(|id| {
-            self.table
-                .rules
-                .iter()
-                .any(|rule| rule.id == id && rule.kind == Kind::Background)
-        })
+        found.decided_by == Some(DecidedBy::LexicalModel)
+            || found.rule.as_deref().is_some_and(|id| {
+                self.table
+                    .rules
+                    .iter()
+                    .any(|rule| rule.id == id && rule.kind == Kind::Background)
+            })
     }
 
     fn resolve(&self, found: Findings, evidence: &Evidence) -> Classification {
+        // The model reads the same last lines the tail checks read; counting their words is cheap
+        // next to the scan.
+        let words = self
+            .lexical
+            .as_ref()
+            .map(|model| (model, lexical::words(&found.tail_text)));
+        let tail = found.tail.clone();
         let mut out = self.decide(found, evidence);
+        if let Some((model, words)) = words.filter(|_| self.open_to_lexical(&out)) {
+            guess(&mut out, model, &words, &tail);
+        }
         // How the process ended and what the watchdog said are evidence whatever decided.
         if out.decided_by.is_some() || out.excerpt.is_some() {
             out.evidence
@@ -394,6 +437,20 @@ impl Classifier {
         } else {
             Classification::unknown()
         }
+    }
+
+    /// Whether the verdict leaves the log to the lexical model: `unknown`, not an infrastructure
+    /// fault, and decided by nothing or by a line that names no cause.
+    pub fn open_to_lexical(&self, out: &Classification) -> bool {
+        out.signature == Signature::Unknown
+            && !out.spurious
+            && out.decided_by.is_none_or(|d| d == DecidedBy::WeakLine)
+            && out.rule.as_deref().is_none_or(|id| {
+                self.table
+                    .rules
+                    .iter()
+                    .any(|rule| rule.id == id && rule.names_nothing)
+            })
     }
 
     fn name_hit(&self, hit: Hit, decided_by: DecidedBy) -> Classification {
@@ -649,6 +706,36 @@ fn looping_lines(text: &[String], cleaned: &[Cleaned]) -> Option<(usize, (String
     ))
 }
 
+/// Names `out` by the lexical model's reading of `words`, if it is sure enough. A line the rules
+/// found (a generic exception) stays the verdict's line; otherwise the excerpt is the log's end.
+fn guess(out: &mut Classification, model: &Model, words: &Words, tail: &Excerpt) {
+    let Some(guess) = model
+        .guess(words)
+        .filter(|g| g.signature != Signature::Unknown && g.probability >= model.threshold)
+    else {
+        return;
+    };
+    let heaviest: Vec<&str> = guess.words.iter().map(|(w, _)| w.as_str()).collect();
+    out.signature = guess.signature;
+    out.decided_by = Some(DecidedBy::LexicalModel);
+    out.rule = None;
+    out.explanation = Some(format!(
+        "no rule names this failure; the words of the log's last lines read as a `{}` log to the lexical model (probability {:.2}; heaviest words: {})",
+        guess.signature,
+        guess.probability,
+        heaviest.join(", ")
+    ));
+    out.hint = Some(
+        "a reading of the log's words, not of one line: confirm it in the excerpt, and add a `[[rules]]` entry to the matrix file for the line that names it".to_owned(),
+    );
+    if out.excerpt.is_none() && !tail.lines.is_empty() {
+        out.excerpt = Some(excerpt_text(tail));
+        out.excerpt_start = Some(tail.start);
+    }
+    out.evidence
+        .push(Clue::new(ClueKind::LexicalModel, guess.describe(), None));
+}
+
 fn from_tail(tail: &Excerpt) -> Classification {
     let mut out = Classification::unknown();
     if !tail.lines.is_empty() {
@@ -696,8 +783,10 @@ mod tests {
     use super::*;
     use std::io::Read;
 
+    /// The rules' verdict (the lexical model has tests of its own, with a model of their own).
     fn classify(text: &str, evidence: Evidence) -> Classification {
         Classifier::builtin()
+            .rules_only()
             .classify_reader(text.as_bytes(), &evidence)
             .expect("classify")
     }
@@ -710,6 +799,134 @@ mod tests {
         Evidence {
             exit: Some(Exit { code, signal }),
             watchdog: None,
+        }
+    }
+
+    /// A model of one word, `zorblax`, that reads as wrong output, and a faint one, `glimmer`.
+    fn tiny_model() -> Classifier {
+        let model = Model::parse(
+            "classes oom wrong_output unknown\nthreshold 0.6\nintercept 0 0 0.5\n\
+             term zorblax 2.0 1:4\nterm glimmer 2.0 1:0.5\n",
+        )
+        .expect("tiny model");
+        Classifier::builtin().with_lexical_model(model)
+    }
+
+    fn tiny(text: &str, evidence: Evidence) -> Classification {
+        tiny_model()
+            .classify_reader(text.as_bytes(), &evidence)
+            .expect("classify")
+    }
+
+    #[test]
+    fn the_lexical_model_names_a_log_no_rule_names() {
+        let text = "INFO starting the engine\nthe answer came out zorblax zorblax\n";
+        let c = tiny(text, Evidence::default());
+        assert_eq!(c.signature, Signature::WrongOutput);
+        assert_eq!(c.decided_by, Some(DecidedBy::LexicalModel));
+        assert_eq!((c.rule.as_deref(), c.line), (None, None));
+        assert_eq!(c.excerpt.as_deref(), Some(text.trim_end()));
+        let clue = c.evidence.last().expect("a clue");
+        assert_eq!(clue.kind, "lexical_model");
+        // The only known word, normalised to 1: scores 0, 4 and 0.5.
+        let p = 4f64.exp() / (1.0 + 4f64.exp() + 0.5f64.exp());
+        assert_eq!(clue.value, format!("wrong_output p={p:.2}: zorblax"));
+        assert!(
+            tiny_model().decided_by_complaint(&c),
+            "the harness's evidence outranks it"
+        );
+        // Rules only: nothing names it.
+        let rules = Classifier::builtin()
+            .rules_only()
+            .classify_reader(text.as_bytes(), &Evidence::default())
+            .expect("classify");
+        assert_eq!(rules.signature, Signature::Unknown);
+        // A faint reading stays unknown.
+        assert_eq!(
+            tiny("it went glimmer\n", Evidence::default()).signature,
+            Signature::Unknown
+        );
+    }
+
+    #[test]
+    fn the_lexical_model_names_a_generic_exception_and_keeps_its_line() {
+        let c = tiny(
+            "INFO loading\nValueError: the result is zorblax\n",
+            Evidence::default(),
+        );
+        assert_eq!(c.signature, Signature::WrongOutput);
+        assert_eq!(c.decided_by, Some(DecidedBy::LexicalModel));
+        assert_eq!(c.line, Some(2));
+        assert_eq!(c.evidence[0].value, "python-exception");
+        // With an exit status too.
+        let c = tiny("ValueError: the result is zorblax\n", exit(Some(1), None));
+        assert_eq!(c.signature, Signature::WrongOutput);
+    }
+
+    #[test]
+    fn the_lexical_model_leaves_alone_what_the_rules_decided() {
+        for (text, evidence, want) in [
+            // An infrastructure fault stays one.
+            (
+                "zorblax zorblax\nOSError: [Errno 28] No space left on device\n",
+                Evidence::default(),
+                Signature::Unknown,
+            ),
+            // A device-side assert is outside the taxonomy on purpose.
+            (
+                "zorblax zorblax\nRuntimeError: CUDA error: device-side assert triggered\n",
+                Evidence::default(),
+                Signature::Unknown,
+            ),
+            // The watchdog's verdict is evidence of its own.
+            (
+                "zorblax zorblax\n",
+                Evidence {
+                    exit: None,
+                    watchdog: Some(Verdict::Deadlock),
+                },
+                Signature::Deadlock,
+            ),
+            // The harness's notes are not the cell's words.
+            (
+                "[gpucompat] answer rejected: zorblax zorblax\n",
+                Evidence::default(),
+                Signature::Unknown,
+            ),
+            // A rule's name stands.
+            (
+                "zorblax\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n",
+                Evidence::default(),
+                Signature::Oom,
+            ),
+        ] {
+            let c = tiny(text, evidence);
+            assert_eq!(c.signature, want, "{text}");
+            assert_ne!(c.decided_by, Some(DecidedBy::LexicalModel), "{text}");
+        }
+    }
+
+    /// The model file's `check` lines are the training's own probabilities for corpus logs: the
+    /// words read here and the arithmetic done here must give the same.
+    #[test]
+    fn the_built_in_model_reads_corpus_logs_as_its_training_did() {
+        let model = lexical::BUILTIN.as_ref().expect("lexical.model parses");
+        let classifier = Classifier::builtin();
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/corpus/real");
+        assert!(model.checks.len() >= 10);
+        for check in &model.checks {
+            let path = corpus.join(format!("{}.log", check.log));
+            let file = std::fs::File::open(&path).expect("corpus log");
+            let words = classifier.lexical_words(file).expect("read");
+            let guess = model.guess(&words).expect("known words");
+            assert_eq!(guess.signature, check.signature, "{}", check.log);
+            assert!(
+                (guess.probability - check.probability).abs() < 1e-5,
+                "{}: {} here, {} in training",
+                check.log,
+                guess.probability,
+                check.probability
+            );
         }
     }
 

@@ -22,6 +22,9 @@ pub enum DecidedBy {
     ExitSignal,
     /// A weak line (a generic exception, a reported death, a bare `Killed`): nothing fatal.
     WeakLine,
+    /// The lexical model: no rule named the log, and its words read as one signature's with the
+    /// probability the model requires.
+    LexicalModel,
     /// The hang capture taken before teardown (every stack in a collective, a busy compiler).
     HangCapture,
     /// The server's answer to a request that failed, where the log named nothing.
@@ -65,6 +68,8 @@ pub enum ClueKind {
     Watchdog,
     /// A line before the failure that makes it an infrastructure fault (a network error).
     Infrastructure,
+    /// The lexical model's reading: the signature, its probability and the heaviest words.
+    LexicalModel,
     /// Evidence the harness itself saw (the hang capture, a server answer, a failed install or
     /// answer check).
     Harness,

@@ -21,12 +21,14 @@
 //! pass), `line` (prefix stripping), `rules` (the table), `explain` (the evidence behind a
 //! verdict), `fingerprint`, `repetition` (a generation that loops), `soup` (a generation of
 //! many writing systems at once) and `frames` (a hang shown by py-spy's frames alone), all looked
-//! for in the log's last lines when nothing else names a failure.
+//! for in the log's last lines when nothing else names a failure; last, `lexical` (a linear model
+//! of the last lines' words, trained on the corpus) for a log the rules leave `unknown`.
 
 mod classifier;
 mod explain;
 mod fingerprint;
 mod frames;
+mod lexical;
 mod line;
 mod repetition;
 mod rules;

@@ -82,6 +82,8 @@ pub(crate) struct RuleSpec {
     #[serde(default)]
     pub(crate) only_without_errors: bool,
     #[serde(default)]
+    pub(crate) names_nothing: bool,
+    #[serde(default)]
     pub(crate) covers: u32,
     #[serde(default)]
     pub(crate) covers_exception: Option<String>,
@@ -125,6 +127,10 @@ pub(crate) struct Rule {
     /// A hang rule that decides only when the log has no error line at all (a stack dump is a
     /// hang only if nothing crashed).
     pub(crate) only_without_errors: bool,
+    /// (`unknown` rules) The line says a process failed but not why (a generic exception, a
+    /// reported death): the lexical model may still name the log. Rules that leave a log
+    /// `unknown` on purpose (an infrastructure fault, a device-side assert) do not say this.
+    pub(crate) names_nothing: bool,
     /// (background rules) Lines after the complaint that still belong to it: the traceback a
     /// library logs with its warning. A fatal line of the same signature within them is read as
     /// part of the complaint, which the process survived.
@@ -216,6 +222,7 @@ impl Table {
                 unless: None,
                 code: false,
                 only_without_errors: false,
+                names_nothing: false,
                 covers: 0,
                 covers_exception: None,
                 explanation: Some(
@@ -249,6 +256,7 @@ impl Table {
                 unless,
                 code: spec.code,
                 only_without_errors: spec.only_without_errors,
+                names_nothing: spec.names_nothing,
                 covers: spec.covers,
                 covers_exception: spec.covers_exception.clone(),
                 explanation: Some(spec.explanation.clone()),
@@ -442,6 +450,7 @@ mod tests {
 
     fn classify(text: &str) -> crate::classify::Classification {
         Classifier::builtin()
+            .rules_only()
             .classify_reader(text.as_bytes(), &Evidence::default())
             .expect("classify")
     }
@@ -630,6 +639,24 @@ mod tests {
                     assert!(re.is_match(example.as_bytes()), "{}: {example}", rule.id);
                 }
             }
+        }
+    }
+
+    /// `names-nothing` opens a verdict to the lexical model: only a rule that leaves a log
+    /// `unknown` without calling it an infrastructure fault may say it.
+    #[test]
+    fn only_unknown_rules_that_blame_nothing_name_nothing() {
+        let file = parse_builtin().expect("rules.toml parses");
+        let open: Vec<&str> = file
+            .rules
+            .iter()
+            .filter(|r| r.names_nothing)
+            .map(|r| r.id.as_str())
+            .collect();
+        assert!(open.contains(&"python-exception"), "{open:?}");
+        for rule in file.rules.iter().filter(|r| r.names_nothing) {
+            assert_eq!(rule.signature, Signature::Unknown, "{}", rule.id);
+            assert!(!rule.spurious && rule.spurious_if.is_none(), "{}", rule.id);
         }
     }
 

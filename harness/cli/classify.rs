@@ -13,7 +13,10 @@ use std::path::{Path, PathBuf};
 #[command(after_help = "\
 The root cause is the first fatal failure in the log, across interleaved ranks and processes;
 what follows it is secondary. The exit status and the watchdog's verdict decide only when the
-log names no fatal error. `unknown` means nothing fits: an honest unknown beats a wrong name.
+log names no fatal error. Where no rule names the failure, the lexical model (a reading of the
+words of the log's last lines, trained on the project's corpus) may name it, and says so
+(`decided by: lexical model`); `--rules-only` leaves it out. `unknown` means nothing fits: an
+honest unknown beats a wrong name.
 A failure found is not an error of this command: it exits 0 whenever every file was classified.
 
 Examples:
@@ -51,6 +54,14 @@ pub(crate) struct ClassifyArgs {
     /// The harness watchdog's verdict on the run that wrote the logs.
     #[arg(long, value_enum, value_name = "VERDICT")]
     watchdog: Option<WatchdogArg>,
+    /// Name failures by rules, exit and watchdog only: no lexical model.
+    #[arg(long)]
+    rules_only: bool,
+    /// (For `scripts/train-lexical-model`.) Rules only, JSON lines that also carry the words
+    /// the lexical model would read (`words`) and whether the verdict is open to it
+    /// (`open_to_lexical`).
+    #[arg(long, hide = true)]
+    lexical_words: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -82,6 +93,15 @@ struct Entry<'a> {
     excerpt_start: Option<u64>,
     decided_by: Option<&'static str>,
     evidence: &'a [Clue],
+}
+
+/// A `--lexical-words` line: the rules' verdict and what the lexical model would read.
+#[derive(Serialize)]
+struct Training<'a> {
+    #[serde(flatten)]
+    entry: Entry<'a>,
+    open_to_lexical: bool,
+    words: std::collections::BTreeMap<String, u32>,
 }
 
 impl<'a> Entry<'a> {
@@ -117,6 +137,11 @@ pub(crate) fn run(args: ClassifyArgs) -> Result<u8, CliError> {
         }
         None => Classifier::builtin(),
     };
+    let classifier = if args.rules_only || args.lexical_words {
+        classifier.rules_only()
+    } else {
+        classifier
+    };
     let evidence = Evidence {
         exit: (args.exit_code.is_some() || args.signal.is_some()).then_some(Exit {
             code: args.exit_code,
@@ -138,6 +163,26 @@ pub(crate) fn run(args: ClassifyArgs) -> Result<u8, CliError> {
             .map_err(CliError::harness)?;
         let path = file.display().to_string();
         let text = match args.format {
+            _ if args.lexical_words => {
+                let words = if is_stdin(file) {
+                    return Err(CliError::input(anyhow!(
+                        "--lexical-words reads files, not standard input"
+                    )));
+                } else {
+                    std::fs::File::open(file)
+                        .and_then(|f| classifier.lexical_words(f))
+                        .with_context(|| format!("reading `{}`", file.display()))
+                        .map_err(CliError::harness)?
+                };
+                let entry = Training {
+                    entry: Entry::new(&path, &classification),
+                    open_to_lexical: classifier.open_to_lexical(&classification),
+                    words,
+                };
+                let mut line = serde_json::to_string(&entry).map_err(CliError::harness)?;
+                line.push('\n');
+                line
+            }
             Format::Jsonl => {
                 let mut line = serde_json::to_string(&Entry::new(&path, &classification))
                     .map_err(CliError::harness)?;
@@ -199,6 +244,9 @@ fn render_text(path: &str, c: &Classification, explain: bool) -> String {
         }
         (None, _) if c.signature == crate::signature::Signature::Unknown && c.excerpt.is_none() => {
             out.push_str(" (no failure found)");
+        }
+        (None, _) if c.decided_by == Some(DecidedBy::LexicalModel) => {
+            out.push_str(" (from the words of the log's last lines)");
         }
         (None, _) => out.push_str(" (from the exit status or watchdog)"),
     }
