@@ -14,6 +14,7 @@ use std::path::Path;
 
 const REAL: &str = "tests/fixtures/corpus/real";
 const GPU: &str = "tests/fixtures/corpus/gpu";
+const HEALTHY: &str = "tests/fixtures/healthy";
 /// Folds of the corpus; fold 0 is the held-out split.
 const FOLDS: u64 = 5;
 /// The accuracy on the tuned split this classifier reaches; a floor, not the exact figure. Each
@@ -290,6 +291,92 @@ fn real_corpus_accuracy() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+/// Real logs of runs healthy to their end (`tests/fixtures/healthy`): a failed cell's log can end
+/// like one (the process killed from outside, its error written elsewhere). The rules must name
+/// none of them, whatever the exit; the lexical model, trained on the tuned split's healthy logs
+/// as `unknown`, none of those, and its false alarms on the held-out ones are reported.
+#[test]
+fn healthy_logs_are_named_nothing() {
+    let dir = repo_root().join(HEALTHY);
+    let mut reader = csv::Reader::from_path(dir.join("sources.csv")).expect("sources.csv");
+    let cases: Vec<Case> = reader
+        .records()
+        .map(|r| {
+            let r = r.expect("record");
+            Case {
+                id: r[0].to_owned(),
+                label: "unknown".to_owned(),
+                source: r[1].to_owned(),
+                evidence: Vec::new(),
+            }
+        })
+        .collect();
+    assert!(cases.len() >= 50, "{} healthy logs", cases.len());
+    let mut by_rules = Vec::new();
+    let (mut tuned_alarms, mut held_out_alarms) = (Vec::new(), Vec::new());
+    for exit in [None, Some("KILL")] {
+        let got = classify_all(HEALTHY, &cases, exit);
+        for (case, got) in cases.iter().zip(&got) {
+            if got.rules != "unknown" {
+                by_rules.push(format!("{}: {} (signal {exit:?})", case.id, got.rules));
+            } else if got.named != "unknown" {
+                let alarm = format!("{}: {} (signal {exit:?})", case.id, got.named);
+                if fold(case) == 0 {
+                    held_out_alarms.push(alarm);
+                } else {
+                    tuned_alarms.push(alarm);
+                }
+            }
+        }
+    }
+    let held_out = cases.iter().filter(|c| fold(c) == 0).count();
+    println!(
+        "healthy logs: {held_out} held out; the lexical model's names for them (with no exit, and with SIGKILL): {held_out_alarms:?}"
+    );
+    assert!(
+        by_rules.is_empty(),
+        "rules name healthy logs:\n{}",
+        by_rules.join("\n")
+    );
+    assert!(
+        tuned_alarms.is_empty(),
+        "the lexical model names healthy logs it was trained on:\n{}",
+        tuned_alarms.join("\n")
+    );
+}
+
+/// Classifies `cases` in one run, with `--signal` when given.
+fn classify_all(dir: &str, cases: &[Case], signal: Option<&str>) -> Vec<Got> {
+    let out = gpucompat()
+        .current_dir(repo_root())
+        .arg("classify")
+        .args(cases.iter().map(|c| format!("{dir}/{}.log", c.id)))
+        .args(["--format", "jsonl"])
+        .args(signal.map(|s| ["--signal", s]).into_iter().flatten())
+        .output()
+        .expect("run gpucompat");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).expect("utf-8");
+    stdout
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("json");
+            let named = v["signature"].as_str().unwrap_or("").to_owned();
+            let rules = if v["decided_by"] == "lexical_model" {
+                "unknown".to_owned()
+            } else {
+                named.clone()
+            };
+            Got { named, rules }
+        })
+        .collect()
 }
 
 fn known_misses() -> Vec<String> {
