@@ -33,7 +33,23 @@ pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
     if line.trim_start().starts_with(['[', '(', '{']) {
         return quoted(line).find_map(looping_phrase);
     }
+    // A table row (`nvidia-smi topo -m`'s `SYS     SYS     SYS`, a results table) repeats its
+    // cells by nature too: columns a printer aligned with runs of spaces or tabs, not prose.
+    if is_table_row(line) {
+        return None;
+    }
     looping_phrase(line)
+}
+
+/// Five cells or more, of one word each, apart by runs of two spaces or more (or tabs): columns,
+/// not a text (a generation that loops may double its spaces, but its pieces hold words).
+fn is_table_row(line: &str) -> bool {
+    static GAP: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r" {2,}|\t+").ok());
+    let Some(gap) = GAP.as_ref() else {
+        return false;
+    };
+    let cells: Vec<&str> = gap.split(line.trim()).collect();
+    cells.len() >= 5 && cells.iter().all(|cell| !cell.contains(char::is_whitespace))
 }
 
 /// `line` without the quoted string of a prompt's label (`prompt: '...'` in vLLM's "Received
@@ -479,6 +495,21 @@ fn is_prose(line: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::{repeated_lines, repeated_phrase, repeated_sentences, token_zero_below_label};
+
+    #[test]
+    fn a_table_row_is_no_looping_generation() {
+        let topo = "GPU0     X      NV12    NV12    NV12    NV12    NV12    NV12    NV12    PXB     PXB     SYS     SYS     SYS     SYS     SYS     SYS     SYS     SYS     SYS     SYS     48-63,176-191   3               N/A";
+        assert_eq!(repeated_phrase(topo), None);
+        assert_eq!(
+            repeated_phrase("GPU0\tX\tSYS\tSYS\tSYS\tSYS\tSYS\tSYS\tSYS"),
+            None
+        );
+        // A generation that loops with single spaces is still one.
+        assert!(
+            repeated_phrase("Answer: SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS SYS")
+                .is_some()
+        );
+    }
 
     #[test]
     fn a_phrase_said_over_and_over_is_found() {
