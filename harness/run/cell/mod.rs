@@ -693,7 +693,14 @@ fn classify(
             _ => None,
         },
     };
-    let mut found = shared.classifier.classify_file(log_path, &evidence)?;
+    // A failed install is known to be one: what the harness saw outranks the lexical model's
+    // reading of the installer's words, so only the rules read its log.
+    let mut found = if matches!(trouble, Trouble::Provision(_)) {
+        shared.classifier.clone().rules_only()
+    } else {
+        shared.classifier.clone()
+    }
+    .classify_file(log_path, &evidence)?;
     // A complaint the process survived (NumPy's or bitsandbytes' import-time message) names a
     // failure only where nothing else does; what the harness saw of the cell does.
     let open = |found: &Classification| {
