@@ -147,7 +147,7 @@ impl Model {
             classes: Vec::new(),
             intercept: Vec::new(),
             terms: HashMap::new(),
-            threshold: 1.0,
+            threshold: f64::NAN,
             checks: Vec::new(),
         };
         for (n, line) in text.lines().enumerate() {
@@ -160,6 +160,9 @@ impl Model {
                 "lexical model: no `classes` line, or an `intercept` of another length".to_owned(),
             );
         }
+        if !(model.threshold > 0.0 && model.threshold < 1.0) {
+            return Err("lexical model: no `threshold` line between 0 and 1".to_owned());
+        }
         Ok(model)
     }
 
@@ -168,6 +171,15 @@ impl Model {
         match fields.next() {
             None => Ok(()),
             Some(c) if c.starts_with('#') => Ok(()),
+            Some("classes") if !self.classes.is_empty() => {
+                Err("a second `classes` line".to_owned())
+            }
+            Some("intercept") if !self.intercept.is_empty() => {
+                Err("a second `intercept` line".to_owned())
+            }
+            Some("term") if self.intercept.len() != self.classes.len() => {
+                Err("a `term` line before `classes` and `intercept`".to_owned())
+            }
             Some("classes") => {
                 self.classes = fields
                     .map(|s| Signature::from_str(s).map_err(|e| e.to_string()))
@@ -229,7 +241,8 @@ impl Model {
     }
 
     /// The most likely class of a log with these words, and its probability. `None` when no word
-    /// of the log is in the vocabulary: the model knows nothing of it.
+    /// of the log is in the vocabulary: the model knows nothing of it (scikit-learn would answer
+    /// the intercepts' softmax, whose largest probability is far below any threshold).
     pub(crate) fn guess(&self, words: &Words) -> Option<Guess> {
         // TF-IDF with a logarithmic term frequency, normalised to unit length.
         let weighted: Vec<(&str, &Term, f64)> = words
@@ -349,6 +362,16 @@ term nan 2.0 1:3
         let bad = TINY.replace("threshold 0.5", "threshold high");
         assert!(Model::parse(&bad).unwrap_err().contains("line 3"));
         assert!(Model::parse("classes oom\n").is_err());
+        // A second `classes` line would leave the terms' class indices pointing anywhere.
+        let bad = format!("{TINY}classes oom\n");
+        assert_eq!(
+            Model::parse(&bad).unwrap_err(),
+            "lexical model, line 7: a second `classes` line"
+        );
+        let bad = TINY.replace("threshold 0.5\n", "");
+        assert!(Model::parse(&bad).unwrap_err().contains("threshold"));
+        let bad = TINY.replace("intercept 0 0 0.5\n", "");
+        assert!(Model::parse(&bad).unwrap_err().contains("before `classes`"));
     }
 
     #[test]

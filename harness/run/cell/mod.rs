@@ -710,8 +710,11 @@ fn classify(
     // error event in the stream): where the log names nothing, name what the server said.
     if open(&found) {
         if let Trouble::Request(text) = trouble {
+            // An answer body is no log: the lexical model, trained on logs, does not read it.
             if let Ok(said) = shared
                 .classifier
+                .clone()
+                .rules_only()
                 .classify_reader(text.as_bytes(), &evidence)
             {
                 if said.signature != Signature::Unknown {
