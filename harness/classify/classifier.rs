@@ -187,6 +187,12 @@ impl Classifier {
         }
     }
 
+    /// This classifier with a lexical model read from `text` (tests of what reads with it).
+    #[cfg(test)]
+    pub(crate) fn with_test_model(self, text: &str) -> Classifier {
+        self.with_lexical_model(Model::parse(text).expect("test model"))
+    }
+
     #[cfg(test)]
     fn with_lexical_model(self, model: Model) -> Classifier {
         Classifier {

@@ -710,36 +710,8 @@ fn classify(
     // error event in the stream): where the log names nothing, name what the server said.
     if open(&found) {
         if let Trouble::Request(text) = trouble {
-            // An answer body is no log: the lexical model, trained on logs, does not read it.
-            if let Ok(said) = shared
-                .classifier
-                .clone()
-                .rules_only()
-                .classify_reader(text.as_bytes(), &evidence)
-            {
-                if said.signature != Signature::Unknown {
-                    // The evidence's lines are the answer's, not the log's.
-                    let mut evidence: Vec<Clue> = said
-                        .evidence
-                        .iter()
-                        .map(|c| Clue {
-                            line: None,
-                            ..c.clone()
-                        })
-                        .collect();
-                    evidence.push(Clue::new(
-                        ClueKind::Harness,
-                        "the server's answer to a request that failed",
-                        None,
-                    ));
-                    found = Classification {
-                        line: None,
-                        excerpt: Some(text.chars().take(2000).collect()),
-                        decided_by: Some(DecidedBy::ServerAnswer),
-                        evidence,
-                        ..said
-                    };
-                }
+            if let Some(said) = server_said(&shared.classifier, text, &evidence) {
+                found = said;
             }
         }
     }
@@ -774,6 +746,38 @@ fn classify(
     Ok(found)
 }
 
+/// What a server's answer to a failed request names, by the rules alone: an answer body is no
+/// log, and the lexical model, trained on logs, does not read it.
+fn server_said(classifier: &Classifier, text: &str, evidence: &Evidence) -> Option<Classification> {
+    let said = classifier
+        .clone()
+        .rules_only()
+        .classify_reader(text.as_bytes(), evidence)
+        .ok()
+        .filter(|said| said.signature != Signature::Unknown)?;
+    // The evidence's lines are the answer's, not the log's.
+    let mut clues: Vec<Clue> = said
+        .evidence
+        .iter()
+        .map(|c| Clue {
+            line: None,
+            ..c.clone()
+        })
+        .collect();
+    clues.push(Clue::new(
+        ClueKind::Harness,
+        "the server's answer to a request that failed",
+        None,
+    ));
+    Some(Classification {
+        line: None,
+        excerpt: Some(text.chars().take(2000).collect()),
+        decided_by: Some(DecidedBy::ServerAnswer),
+        evidence: clues,
+        ..said
+    })
+}
+
 /// A fingerprint for a validation failure: its kind, without the answer's text.
 fn normalise_reason(reason: &str) -> String {
     reason.split(':').next().unwrap_or(reason).trim().to_owned()
@@ -793,6 +797,29 @@ fn error_chain(err: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_servers_answer_is_read_by_the_rules_alone() {
+        // A model that reads `zorblax` as wrong output, sure of it.
+        let classifier = Classifier::builtin().with_test_model(
+            "classes wrong_output unknown\nthreshold 0.6\nintercept 0 0\nterm zorblax 2.0 0:9\n",
+        );
+        let log = classifier
+            .classify_reader(&b"zorblax zorblax\n"[..], &Evidence::default())
+            .expect("classify");
+        assert_eq!(
+            log.signature,
+            Signature::WrongOutput,
+            "the model reads logs"
+        );
+        let body = r#"{"object":"error","message":"zorblax zorblax","code":400}"#;
+        assert_eq!(server_said(&classifier, body, &Evidence::default()), None);
+        // What a rule names in an answer is still the server's word.
+        let body = r#"{"object":"error","message":"CUDA out of memory. Tried to allocate 2.00 GiB","code":500}"#;
+        let said = server_said(&classifier, body, &Evidence::default()).expect("named");
+        assert_eq!(said.signature, Signature::Oom);
+        assert_eq!(said.decided_by, Some(DecidedBy::ServerAnswer));
+    }
 
     #[test]
     fn cells_can_report_their_own_metrics() {
