@@ -27,7 +27,7 @@ use super::repetition::{
     asked_in_object, repeated_lines, repeated_phrase, repeated_sentences, token_zero,
     token_zero_below_label,
 };
-use super::rules::{Kind, Table};
+use super::rules::{Kind, Rule, Table};
 use super::scan::{self, Excerpt, Findings, Hit};
 use super::soup::mixed_scripts;
 use crate::matrix::UserRule;
@@ -180,10 +180,10 @@ impl Classifier {
     }
 
     /// The same classifier without the lexical model: rules, exit and watchdog only.
-    pub fn rules_only(self) -> Classifier {
+    pub fn rules_only(&self) -> Classifier {
         Classifier {
+            table: Arc::clone(&self.table),
             lexical: None,
-            ..self
         }
     }
 
@@ -201,10 +201,21 @@ impl Classifier {
         }
     }
 
-    /// The words of the last lines of a log, as the lexical model reads them (for training it).
-    pub fn lexical_words<R: io::Read>(&self, reader: R) -> io::Result<Words> {
+    /// Classifies a log, and also returns the words of its last lines as the lexical model
+    /// reads them (for training it): one pass over the log for both.
+    pub fn classify_with_words<R: io::Read>(
+        &self,
+        reader: R,
+        evidence: &Evidence,
+    ) -> io::Result<(Classification, Words)> {
         let found = scan::scan(&self.table, reader)?;
-        Ok(lexical::words(&found.tail_text))
+        let words = lexical::words(&found.tail_text);
+        Ok((self.resolve(found, evidence), words))
+    }
+
+    /// The built-in or user rule with this id.
+    fn rule(&self, id: &str) -> Option<&Rule> {
+        self.table.rules.iter().find(|rule| rule.id == id)
     }
 
     /// Classifies a log read from `reader` (streamed; memory stays bounded).
@@ -229,12 +240,11 @@ impl Classifier {
     /// check, the server's error answer) says more than such a line.
     pub fn decided_by_complaint(&self, found: &Classification) -> bool {
         found.decided_by == Some(DecidedBy::LexicalModel)
-            || found.rule.as_deref().is_some_and(|id| {
-                self.table
-                    .rules
-                    .iter()
-                    .any(|rule| rule.id == id && rule.kind == Kind::Background)
-            })
+            || found
+                .rule
+                .as_deref()
+                .and_then(|id| self.rule(id))
+                .is_some_and(|rule| rule.kind == Kind::Background)
     }
 
     fn resolve(&self, found: Findings, evidence: &Evidence) -> Classification {
@@ -451,12 +461,10 @@ impl Classifier {
         out.signature == Signature::Unknown
             && !out.spurious
             && out.decided_by.is_none_or(|d| d == DecidedBy::WeakLine)
-            && out.rule.as_deref().is_none_or(|id| {
-                self.table
-                    .rules
-                    .iter()
-                    .any(|rule| rule.id == id && rule.names_nothing)
-            })
+            && out
+                .rule
+                .as_deref()
+                .is_none_or(|id| self.rule(id).is_some_and(|rule| rule.names_nothing))
     }
 
     fn name_hit(&self, hit: Hit, decided_by: DecidedBy) -> Classification {
@@ -923,7 +931,9 @@ mod tests {
         for check in &model.checks {
             let path = corpus.join(format!("{}.log", check.log));
             let file = std::fs::File::open(&path).expect("corpus log");
-            let words = classifier.lexical_words(file).expect("read");
+            let (_, words) = classifier
+                .classify_with_words(file, &Evidence::default())
+                .expect("read");
             let guess = model.guess(&words).expect("known words");
             assert_eq!(guess.signature, check.signature, "{}", check.log);
             assert!(

@@ -153,6 +153,10 @@ pub(crate) fn run(args: ClassifyArgs) -> Result<u8, CliError> {
         }),
     };
     for file in &args.files {
+        if args.lexical_words {
+            super::print_stdout(&training_line(&classifier, file, &evidence)?)?;
+            continue;
+        }
         let result = if is_stdin(file) {
             classifier.classify_reader(std::io::stdin().lock(), &evidence)
         } else {
@@ -163,26 +167,6 @@ pub(crate) fn run(args: ClassifyArgs) -> Result<u8, CliError> {
             .map_err(CliError::harness)?;
         let path = file.display().to_string();
         let text = match args.format {
-            _ if args.lexical_words => {
-                let words = if is_stdin(file) {
-                    return Err(CliError::input(anyhow!(
-                        "--lexical-words reads files, not standard input"
-                    )));
-                } else {
-                    std::fs::File::open(file)
-                        .and_then(|f| classifier.lexical_words(f))
-                        .with_context(|| format!("reading `{}`", file.display()))
-                        .map_err(CliError::harness)?
-                };
-                let entry = Training {
-                    entry: Entry::new(&path, &classification),
-                    open_to_lexical: classifier.open_to_lexical(&classification),
-                    words,
-                };
-                let mut line = serde_json::to_string(&entry).map_err(CliError::harness)?;
-                line.push('\n');
-                line
-            }
             Format::Jsonl => {
                 let mut line = serde_json::to_string(&Entry::new(&path, &classification))
                     .map_err(CliError::harness)?;
@@ -194,6 +178,31 @@ pub(crate) fn run(args: ClassifyArgs) -> Result<u8, CliError> {
         super::print_stdout(&text)?;
     }
     Ok(exit::SUCCESS)
+}
+
+/// A `--lexical-words` line for one file: the rules' verdict and the words, from one read.
+fn training_line(
+    classifier: &Classifier,
+    file: &Path,
+    evidence: &Evidence,
+) -> Result<String, CliError> {
+    let read = if is_stdin(file) {
+        classifier.classify_with_words(std::io::stdin().lock(), evidence)
+    } else {
+        std::fs::File::open(file).and_then(|f| classifier.classify_with_words(f, evidence))
+    };
+    let (classification, words) = read
+        .with_context(|| format!("classifying `{}`", file.display()))
+        .map_err(CliError::harness)?;
+    let path = file.display().to_string();
+    let entry = Training {
+        entry: Entry::new(&path, &classification),
+        open_to_lexical: classifier.open_to_lexical(&classification),
+        words,
+    };
+    let mut line = serde_json::to_string(&entry).map_err(CliError::harness)?;
+    line.push('\n');
+    Ok(line)
 }
 
 fn is_stdin(path: &Path) -> bool {

@@ -1,33 +1,10 @@
 //! `classify` on real and hand-made failure logs: root cause per case, output contract, exit codes.
 
-use crate::util::{Sandbox, gpucompat, repo_root};
+use crate::util::{Sandbox, classify_jsonl, gpucompat, repo_root};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-
-/// Runs `classify --format jsonl` on `files` (from the repository root) and parses each line.
-fn classify_jsonl(files: &[PathBuf], extra: &[&str]) -> Vec<serde_json::Value> {
-    let out = gpucompat()
-        .current_dir(repo_root())
-        .arg("classify")
-        .args(files)
-        .args(["--format", "jsonl"])
-        .args(extra)
-        .output()
-        .expect("run gpucompat");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
-    stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-        .collect()
-}
 
 fn str_field<'a>(v: &'a serde_json::Value, key: &str) -> &'a str {
     v[key].as_str().unwrap_or("")

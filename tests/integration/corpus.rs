@@ -8,9 +8,9 @@
 //! where the model, having seen the log, would cover the loss; and that the model does not lower
 //! the held-out figure.
 
-use crate::util::{gpucompat, repo_root};
+use crate::util::{classify_jsonl, repo_root};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const REAL: &str = "tests/fixtures/corpus/real";
 const GPU: &str = "tests/fixtures/corpus/gpu";
@@ -85,6 +85,23 @@ struct Got {
     rules: String,
 }
 
+impl Got {
+    fn of(v: &serde_json::Value) -> Got {
+        let named = v["signature"].as_str().unwrap_or("").to_owned();
+        let rules = if v["decided_by"] == "lexical_model" {
+            "unknown".to_owned()
+        } else {
+            named.clone()
+        };
+        Got { named, rules }
+    }
+}
+
+fn log_paths<'a>(dir: &str, ids: impl Iterator<Item = &'a str>) -> Vec<PathBuf> {
+    ids.map(|id| PathBuf::from(format!("{dir}/{id}.log")))
+        .collect()
+}
+
 /// Classifies every case; logs without extra evidence go through one `classify` run.
 fn classify(dir: &str, cases: &[Case]) -> Vec<Got> {
     let mut got = vec![Got::default(); cases.len()];
@@ -99,37 +116,13 @@ fn classify(dir: &str, cases: &[Case]) -> Vec<Got> {
         }
     }
     for (indices, extra) in batches.into_iter().filter(|(i, _)| !i.is_empty()) {
-        let out = gpucompat()
-            .current_dir(repo_root())
-            .arg("classify")
-            .args(
-                indices
-                    .iter()
-                    .map(|&i| format!("{dir}/{}.log", cases[i].id)),
-            )
-            .args(["--format", "jsonl"])
-            .args(&extra)
-            .output()
-            .expect("run gpucompat");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stdout = String::from_utf8(out.stdout).expect("utf-8");
-        let lines: Vec<&str> = stdout.lines().collect();
-        assert_eq!(lines.len(), indices.len(), "one object per file");
-        for (&i, line) in indices.iter().zip(lines) {
-            let v: serde_json::Value = serde_json::from_str(line).expect("json");
-            let named = v["signature"].as_str().unwrap_or("").to_owned();
-            let rules = if v["decided_by"] == "lexical_model" {
-                "unknown".to_owned()
-            } else {
-                named.clone()
-            };
-            got[i] = Got { named, rules };
-            if let Err(why) = explained(&v) {
+        let files = log_paths(dir, indices.iter().map(|&i| cases[i].id.as_str()));
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let values = classify_jsonl(&files, &extra);
+        assert_eq!(values.len(), indices.len(), "one object per file");
+        for (&i, v) in indices.iter().zip(&values) {
+            got[i] = Got::of(v);
+            if let Err(why) = explained(v) {
                 unexplained.push(format!("{}: {why}", cases[i].id));
             }
         }
@@ -366,34 +359,9 @@ fn healthy_logs_are_named_nothing() {
 
 /// Classifies `cases` in one run, with `--signal` when given.
 fn classify_all(dir: &str, cases: &[Case], signal: Option<&str>) -> Vec<Got> {
-    let out = gpucompat()
-        .current_dir(repo_root())
-        .arg("classify")
-        .args(cases.iter().map(|c| format!("{dir}/{}.log", c.id)))
-        .args(["--format", "jsonl"])
-        .args(signal.map(|s| ["--signal", s]).into_iter().flatten())
-        .output()
-        .expect("run gpucompat");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).expect("utf-8");
-    stdout
-        .lines()
-        .map(|line| {
-            let v: serde_json::Value = serde_json::from_str(line).expect("json");
-            let named = v["signature"].as_str().unwrap_or("").to_owned();
-            let rules = if v["decided_by"] == "lexical_model" {
-                "unknown".to_owned()
-            } else {
-                named.clone()
-            };
-            Got { named, rules }
-        })
-        .collect()
+    let files = log_paths(dir, cases.iter().map(|c| c.id.as_str()));
+    let extra: Vec<&str> = signal.map(|s| vec!["--signal", s]).unwrap_or_default();
+    classify_jsonl(&files, &extra).iter().map(Got::of).collect()
 }
 
 fn known_misses() -> Vec<String> {

@@ -98,3 +98,26 @@ pub(crate) fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Runs `classify --format jsonl` on `files` (from the repository root) and parses each line.
+pub(crate) fn classify_jsonl(files: &[PathBuf], extra: &[&str]) -> Vec<Value> {
+    let out = gpucompat()
+        .current_dir(repo_root())
+        .arg("classify")
+        .args(files)
+        .args(["--format", "jsonl"])
+        .args(extra)
+        .output()
+        .expect("run gpucompat");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}

@@ -696,11 +696,13 @@ fn classify(
     // A failed install is known to be one: what the harness saw outranks the lexical model's
     // reading of the installer's words, so only the rules read its log.
     let mut found = if matches!(trouble, Trouble::Provision(_)) {
-        shared.classifier.clone().rules_only()
+        shared
+            .classifier
+            .rules_only()
+            .classify_file(log_path, &evidence)?
     } else {
-        shared.classifier.clone()
-    }
-    .classify_file(log_path, &evidence)?;
+        shared.classifier.classify_file(log_path, &evidence)?
+    };
     // A complaint the process survived (NumPy's or bitsandbytes' import-time message) names a
     // failure only where nothing else does; what the harness saw of the cell does.
     let open = |found: &Classification| {
@@ -750,7 +752,6 @@ fn classify(
 /// log, and the lexical model, trained on logs, does not read it.
 fn server_said(classifier: &Classifier, text: &str, evidence: &Evidence) -> Option<Classification> {
     let said = classifier
-        .clone()
         .rules_only()
         .classify_reader(text.as_bytes(), evidence)
         .ok()
