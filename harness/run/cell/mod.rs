@@ -693,16 +693,7 @@ fn classify(
             _ => None,
         },
     };
-    // A failed install is known to be one: what the harness saw outranks the lexical model's
-    // reading of the installer's words, so only the rules read its log.
-    let mut found = if matches!(trouble, Trouble::Provision(_)) {
-        shared
-            .classifier
-            .rules_only()
-            .classify_file(log_path, &evidence)?
-    } else {
-        shared.classifier.classify_file(log_path, &evidence)?
-    };
+    let mut found = read_log(&shared.classifier, log_path, trouble, &evidence)?;
     // A complaint the process survived (NumPy's or bitsandbytes' import-time message) names a
     // failure only where nothing else does; what the harness saw of the cell does.
     let open = |found: &Classification| {
@@ -746,6 +737,21 @@ fn classify(
         }
     }
     Ok(found)
+}
+
+/// What the cell's log names. A failed install is known to be one: what the harness saw
+/// outranks the lexical model's reading of the installer's words, so only the rules read its log.
+fn read_log(
+    classifier: &Classifier,
+    log_path: &Path,
+    trouble: &Trouble,
+    evidence: &Evidence,
+) -> std::io::Result<Classification> {
+    if matches!(trouble, Trouble::Provision(_)) {
+        classifier.rules_only().classify_file(log_path, evidence)
+    } else {
+        classifier.classify_file(log_path, evidence)
+    }
 }
 
 /// What a server's answer to a failed request names, by the rules alone: an answer body is no
@@ -820,6 +826,37 @@ mod tests {
         let said = server_said(&classifier, body, &Evidence::default()).expect("named");
         assert_eq!(said.signature, Signature::Oom);
         assert_eq!(said.decided_by, Some(DecidedBy::ServerAnswer));
+    }
+
+    #[test]
+    fn a_failed_installs_log_is_read_by_the_rules_alone() {
+        let classifier = Classifier::builtin().with_test_model(
+            "classes wrong_output unknown\nthreshold 0.6\nintercept 0 0\nterm zorblax 2.0 0:9\n",
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("cell.log");
+        std::fs::write(&log, "Resolving dependencies\nzorblax zorblax\n").expect("write");
+        let read = |trouble: &Trouble| {
+            read_log(&classifier, &log, trouble, &Evidence::default()).expect("read")
+        };
+        let exited = read(&Trouble::Exited);
+        assert_eq!(
+            exited.signature,
+            Signature::WrongOutput,
+            "the model reads logs"
+        );
+        assert_eq!(exited.decided_by, Some(DecidedBy::LexicalModel));
+        let install = read(&Trouble::Provision("uv pip install failed".into()));
+        assert_eq!(install.signature, Signature::Unknown);
+        assert_eq!(install.decided_by, None);
+        // What a rule names in an installer's log is still named.
+        std::fs::write(
+            &log,
+            "ERROR: No matching distribution found for flashinfer-python==0.9.9\n",
+        )
+        .expect("write");
+        let install = read(&Trouble::Provision("uv pip install failed".into()));
+        assert_eq!(install.signature, Signature::DependencyError);
     }
 
     #[test]
