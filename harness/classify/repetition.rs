@@ -86,16 +86,26 @@ const ASKED_ROLE: &str = r#"(?i)["']role["']\s*:\s*["'](?:user|system)["']"#;
 /// copied it (`(Mo!!!!!!...`, 24 or more before the ellipsis) or as long as a token limit makes
 /// it (64 or more): the answer collapsing as it was written. A line that cheers (`Training
 /// finished!!!!!!!!!!!!!!!!!!!!!!!!!!`) has a run as long as a person types, and no ellipsis.
+/// A label in any words, in any language, ends in a colon: a run of 16 or more after a colon that
+/// ends the line is the answer too (`推理图片，返回: !!!!!!`, "inferring an image returns:";
+/// `循环输出感叹号：!!!!!!`, with a full-width colon). A tool's banner of `!` stands alone.
 /// Vocabularies whose token 0 is a control character print it escaped in JSON: a run of
 /// `\u0000` after an output's label is the same failure. Returns the token repeated: `!`, or
 /// `NUL` for a run of `\u0000`.
 pub(crate) fn token_zero(line: &str) -> Option<&'static str> {
     static RUN: LazyLock<Option<Regex>> = LazyLock::new(|| {
-        Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer|reasoning(?:_content)?)["']?\s*[:=]\s*["']?(?:<\|[a-z_]{1,30}\|>)*(?:!{16,}|(?P<nul>(?:\\u0000){16,}))(?:["']|\s|$|\.\.\.)|\p{L}(?:!{24,}(?:\.\.\.|…)|!{64,})["']?\s*$"#).ok()
+        Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer|reasoning(?:_content)?)["']?\s*[:=]\s*["']?(?:<\|[a-z_]{1,30}\|>)*(?:!{16,}|(?P<nul>(?:\\u0000){16,}))(?:["']|\s|$|\.\.\.)|\p{L}(?:!{24,}(?:\.\.\.|…)|!{64,})["']?\s*$|(?P<label>[:：])\s*!{16,}\s*$"#).ok()
     });
     static ASKED: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(ASKED_ROLE).ok());
+    static PROMPT: LazyLock<Option<Regex>> = LazyLock::new(|| {
+        Regex::new(r"(?i)\b(?:prompt|input|query|question)s?\s*[:：]\s*!+\s*$").ok()
+    });
     let found = RUN.as_ref()?.captures(line)?;
     if ASKED.as_ref().is_some_and(|re| re.is_match(line)) {
+        return None;
+    }
+    // After a bare colon, the label must not be what was asked.
+    if found.name("label").is_some() && PROMPT.as_ref().is_some_and(|re| re.is_match(line)) {
         return None;
     }
     Some(if found.name("nul").is_some() {
@@ -576,6 +586,8 @@ mod tests {
             format!("        \"content\": \"{bang}\""),
             format!("{{\"text\": \"{bang}\"}}"),
             format!("model output: {bang}  (in the thinking phase)"),
+            format!("推理图片，返回: {bang}"),
+            format!("循环输出感叹号：{bang}"),
             format!("  \"content\": \"<|channel|>{bang}...\","),
             format!("To understand how a modern Mixture-of-Experts (Mo{bang}..."),
             format!(
@@ -602,6 +614,8 @@ mod tests {
             format!("ALL TESTS PASSED{}", "!".repeat(40)),
             format!("data: {}", "\\u0000".repeat(20)),
             format!("{{\"role\": \"user\", \"content\": \"{bang}\"}}"),
+            format!("prompt: {bang}"),
+            format!("WARNING: {bang} cache is cold"),
         ] {
             assert_eq!(repeated_phrase(&line), None, "{line}");
         }
