@@ -86,15 +86,18 @@ const ASKED_ROLE: &str = r#"(?i)["']role["']\s*:\s*["'](?:user|system)["']"#;
 /// copied it (`(Mo!!!!!!...`, 24 or more before the ellipsis) or as long as a token limit makes
 /// it (64 or more): the answer collapsing as it was written. A line that cheers (`Training
 /// finished!!!!!!!!!!!!!!!!!!!!!!!!!!`) has a run as long as a person types, and no ellipsis.
-/// A label in any words, in any language, ends in a colon: a run of 16 or more after a colon that
-/// ends the line is the answer too (`推理图片，返回: !!!!!!`, "inferring an image returns:";
-/// `循环输出感叹号：!!!!!!`, with a full-width colon). A tool's banner of `!` stands alone.
+/// A label in a language whose words the list above cannot know ends in a colon after a
+/// character outside ASCII, or in a full-width colon: a run of 16 or more there that ends the
+/// line is the answer too (`推理图片，返回: !!!!!!`, "inferring an image returns:";
+/// `循环输出感叹号：!!!!!!`). An ASCII word before a colon is as often a host's or a logger's
+/// prefix (`worker-1: `, pdsh's, before the `!` banner PyTorch's extension builder prints) or a
+/// note's (`NOTE:`); a tool's banner of `!` stands alone.
 /// Vocabularies whose token 0 is a control character print it escaped in JSON: a run of
 /// `\u0000` after an output's label is the same failure. Returns the token repeated: `!`, or
 /// `NUL` for a run of `\u0000`.
 pub(crate) fn token_zero(line: &str) -> Option<&'static str> {
     static RUN: LazyLock<Option<Regex>> = LazyLock::new(|| {
-        Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer|reasoning(?:_content)?)["']?\s*[:=]\s*["']?(?:<\|[a-z_]{1,30}\|>)*(?:!{16,}|(?P<nul>(?:\\u0000){16,}))(?:["']|\s|$|\.\.\.)|\p{L}(?:!{24,}(?:\.\.\.|…)|!{64,})["']?\s*$|(?P<label>[:：])\s*!{16,}\s*$"#).ok()
+        Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer|reasoning(?:_content)?)["']?\s*[:=]\s*["']?(?:<\|[a-z_]{1,30}\|>)*(?:!{16,}|(?P<nul>(?:\\u0000){16,}))(?:["']|\s|$|\.\.\.)|\p{L}(?:!{24,}(?:\.\.\.|…)|!{64,})["']?\s*$|(?P<label>[^\x00-\x7F]\s*[:：]|：)\s*!{16,}\s*$"#).ok()
     });
     static ASKED: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(ASKED_ROLE).ok());
     static PROMPT: LazyLock<Option<Regex>> = LazyLock::new(|| {
@@ -616,6 +619,9 @@ mod tests {
             format!("{{\"role\": \"user\", \"content\": \"{bang}\"}}"),
             format!("prompt: {bang}"),
             format!("WARNING: {bang} cache is cold"),
+            format!("worker-1: {}", "!".repeat(114)),
+            format!("NOTE: {bang}"),
+            format!("10.0.0.4: {bang}"),
         ] {
             assert_eq!(repeated_phrase(&line), None, "{line}");
         }
