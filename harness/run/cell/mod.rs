@@ -805,12 +805,16 @@ fn error_chain(err: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
 
+    /// The built-in rules with a model that reads `zorblax` as wrong output, sure of it.
+    fn zorblax_classifier() -> Classifier {
+        Classifier::builtin().with_test_model(
+            "classes wrong_output unknown\nthreshold 0.6\nintercept 0 0\nterm zorblax 2.0 0:9\n",
+        )
+    }
+
     #[test]
     fn a_servers_answer_is_read_by_the_rules_alone() {
-        // A model that reads `zorblax` as wrong output, sure of it.
-        let classifier = Classifier::builtin().with_test_model(
-            "classes wrong_output unknown\nthreshold 0.6\nintercept 0 0\nterm zorblax 2.0 0:9\n",
-        );
+        let classifier = zorblax_classifier();
         let log = classifier
             .classify_reader(&b"zorblax zorblax\n"[..], &Evidence::default())
             .expect("classify");
@@ -830,9 +834,7 @@ mod tests {
 
     #[test]
     fn a_failed_installs_log_is_read_by_the_rules_alone() {
-        let classifier = Classifier::builtin().with_test_model(
-            "classes wrong_output unknown\nthreshold 0.6\nintercept 0 0\nterm zorblax 2.0 0:9\n",
-        );
+        let classifier = zorblax_classifier();
         let dir = tempfile::tempdir().expect("tempdir");
         let log = dir.path().join("cell.log");
         std::fs::write(&log, "Resolving dependencies\nzorblax zorblax\n").expect("write");
