@@ -1802,6 +1802,47 @@ mod tests {
         }
     }
 
+    /// A run stopped by hand shows a hang only where nothing failed before the interrupt, and only
+    /// where the program reacted to it: a bare `^C` also ends `journalctl -f` over any log.
+    #[test]
+    fn an_interrupt_by_hand_is_a_hang_only_where_nothing_failed() {
+        let interrupt = "^CTraceback (most recent call last):\n  File \"launch.py\", line 253, in main\n    process.wait()\nKeyboardInterrupt\n";
+        let c = log(&format!("{NOISE}{interrupt}"));
+        assert_eq!(c.signature, Signature::Deadlock);
+        assert_eq!(c.rule.as_deref(), Some("interrupted-by-hand"));
+        assert_eq!(
+            (c.line, c.decided_by),
+            (Some(3), Some(DecidedBy::HangLines))
+        );
+        let c = log(&format!(
+            "{NOISE}RuntimeError: CUDA error: an illegal memory access was encountered\n{interrupt}"
+        ));
+        assert_eq!(c.signature, Signature::IllegalAddress);
+        let c = log(&format!(
+            "{NOISE}ERROR    Error loading the model: exit code: -4\n^C\n"
+        ));
+        assert_eq!(c.signature, Signature::Unknown);
+        // A server stopped by hand after serving well.
+        let c = log(&format!(
+            "{NOISE}^CINFO:     Shutting down\nINFO:     Application shutdown complete.\n"
+        ));
+        assert_eq!(c.signature, Signature::Unknown);
+    }
+
+    /// CPython's fatal-error handler lists the extension modules after the stacks; a dump on a
+    /// timer does not. Stacks that end with the list are a crash whose header was cut.
+    #[test]
+    fn a_stack_dump_of_a_fatal_error_is_no_hang() {
+        let stacks = "Thread 0x00007f1 (most recent call first):\n  File \"/usr/lib/python3.12/threading.py\", line 359 in wait\n  File \"/usr/lib/python3.12/threading.py\", line 655 in wait\n\nCurrent thread 0x00007f2 (most recent call first):\n  File \"/usr/lib/python3.12/ast.py\", line 274 in iter_child_nodes\n";
+        let c = log(&format!("{NOISE}{stacks}"));
+        assert_eq!(c.signature, Signature::Deadlock);
+        let c = log(&format!(
+            "{NOISE}{stacks}\nExtension modules: numpy._core._multiarray_umath, torch._C (total: 2)\n"
+        ));
+        assert_eq!(c.signature, Signature::Unknown);
+        assert_eq!(c.rule.as_deref(), Some("fatal-error-modules"));
+    }
+
     #[test]
     fn file_errors_name_the_path() {
         let err = Classifier::builtin()

@@ -109,18 +109,38 @@ fn classify(dir: &str, cases: &[Case]) -> Vec<Got> {
     let plain: Vec<usize> = (0..cases.len())
         .filter(|&i| cases[i].evidence.is_empty())
         .collect();
-    let mut batches: Vec<(Vec<usize>, Vec<String>)> = vec![(plain, Vec::new())];
+    // The plain logs go through one `classify` per core: thousands of logs through the test
+    // build take minutes on one.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut batches: Vec<(Vec<usize>, Vec<String>)> = plain
+        .chunks(plain.len().div_ceil(cores).max(1))
+        .map(|chunk| (chunk.to_vec(), Vec::new()))
+        .collect();
     for (i, case) in cases.iter().enumerate() {
         if !case.evidence.is_empty() {
             batches.push((vec![i], case.evidence.clone()));
         }
     }
-    for (indices, extra) in batches.into_iter().filter(|(i, _)| !i.is_empty()) {
-        let files = log_paths(dir, indices.iter().map(|&i| cases[i].id.as_str()));
-        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-        let values = classify_jsonl(&files, &extra);
+    let batches: Vec<(Vec<usize>, Vec<String>)> =
+        batches.into_iter().filter(|(i, _)| !i.is_empty()).collect();
+    let results: Vec<Vec<serde_json::Value>> = std::thread::scope(|scope| {
+        let runs: Vec<_> = batches
+            .iter()
+            .map(|(indices, extra)| {
+                scope.spawn(move || {
+                    let files = log_paths(dir, indices.iter().map(|&i| cases[i].id.as_str()));
+                    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+                    classify_jsonl(&files, &extra)
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|run| run.join().expect("classify thread"))
+            .collect()
+    });
+    for ((indices, _), values) in batches.iter().zip(&results) {
         assert_eq!(values.len(), indices.len(), "one object per file");
-        for (&i, v) in indices.iter().zip(&values) {
+        for (&i, v) in indices.iter().zip(values) {
             got[i] = Got::of(v);
             if let Err(why) = explained(v) {
                 unexplained.push(format!("{}: {why}", cases[i].id));
