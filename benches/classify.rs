@@ -9,7 +9,8 @@
 //! wall time and per CPU-second for both, and the ratios: classify's time over grep's, in wall
 //! time (classify's scan uses several threads, grep one) and in CPU time (what a shared machine's
 //! load does not blur). It prints numbers; it asserts nothing about time.
-//! `GPUCOMPAT_BENCH_ONLY=<mix>` runs one of `realistic`, `tp8-warnings`, `warning-heavy`.
+//! `GPUCOMPAT_BENCH_ONLY=<mix>` runs one of `realistic`, `tp8-warnings`, `warning-heavy`,
+//! `healthy-logs` (the project's real healthy logs, over and over).
 #![allow(
     clippy::disallowed_methods,
     reason = "benchmarks start processes and read their settings themselves"
@@ -174,6 +175,10 @@ enum Mix {
     /// Every template equally often: a quarter of the lines pass the word prefilter and a sixth
     /// match a rule at WARNING/INFO level (the slow path, as a worst case).
     WarningHeavy,
+    /// The project's real healthy logs (`tests/fixtures/healthy`) end to end, over and over: the
+    /// variety of real lines, which once overflowed the prefilter's lazy-DFA cache and sent every
+    /// line through the slow NFA (a 134 MB log took over ten minutes).
+    HealthyLogs,
 }
 
 impl Mix {
@@ -182,6 +187,7 @@ impl Mix {
             Mix::Realistic => "realistic",
             Mix::Tp8Warnings => "tp8-warnings",
             Mix::WarningHeavy => "warning-heavy",
+            Mix::HealthyLogs => "healthy-logs",
         }
     }
 }
@@ -202,12 +208,16 @@ fn main() -> std::io::Result<()> {
         (Mix::Realistic, megabytes),
         (Mix::Tp8Warnings, megabytes),
         (Mix::WarningHeavy, (megabytes / 4).max(1)),
+        (Mix::HealthyLogs, (megabytes / 4).max(1)),
     ] {
         if only.as_deref().is_some_and(|o| o != mix.name()) {
             continue;
         }
         let path = dir.path().join(format!("{}.log", mix.name()));
-        let size = generate(&path, mb, mix)?;
+        let size = match mix {
+            Mix::HealthyLogs => generate_healthy(&path, mb)?,
+            _ => generate(&path, mb, mix)?,
+        };
         let ours = best_of_three(mix.name(), &path, size)?;
         let grep = grep_rates(&path, size);
         let ratio = grep.map_or(String::from("grep not available"), |g| {
@@ -243,9 +253,51 @@ fn main() -> std::io::Result<()> {
 
 fn templates(mix: Mix) -> &'static [(u32, &'static str)] {
     match mix {
-        Mix::Realistic | Mix::WarningHeavy => NOISE,
+        Mix::Realistic | Mix::WarningHeavy | Mix::HealthyLogs => NOISE,
         Mix::Tp8Warnings => TP8_WARNINGS,
     }
+}
+
+/// Writes the healthy fixture logs over and over to about `megabytes`, the root cause near the end;
+/// returns its size.
+fn generate_healthy(path: &Path, megabytes: u64) -> std::io::Result<u64> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/healthy");
+    let mut logs: Vec<_> = std::fs::read_dir(&dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    let mut corpus = Vec::new();
+    for log in &logs {
+        corpus.extend_from_slice(&std::fs::read(log)?);
+        if !corpus.ends_with(b"\n") {
+            corpus.push(b'\n');
+        }
+    }
+    let target = megabytes * 1_000_000;
+    let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let mut written = 0u64;
+    let mut root_written = false;
+    while written < target {
+        out.write_all(&corpus)?;
+        written += corpus.len() as u64;
+        if !root_written && written >= target / 100 * 97 {
+            root_written = true;
+            for line in ROOT_CAUSE.iter().chain(SECONDARY.iter().cycle().take(300)) {
+                out.write_all(line.as_bytes())?;
+                out.write_all(b"\n")?;
+                written += line.len() as u64 + 1;
+            }
+        }
+    }
+    out.flush()?;
+    println!(
+        "healthy-logs: {} healthy logs repeated to {} MB",
+        logs.len(),
+        written / 1_000_000
+    );
+    Ok(written)
 }
 
 /// Writes a log of about `megabytes` with the root cause near the end; returns its size.
@@ -266,7 +318,7 @@ fn generate(path: &Path, megabytes: u64, mix: Mix) -> std::io::Result<u64> {
         state ^= state << 17;
         let template = match mix {
             Mix::WarningHeavy => table[(state % table.len() as u64) as usize].1,
-            Mix::Realistic | Mix::Tp8Warnings => {
+            Mix::Realistic | Mix::Tp8Warnings | Mix::HealthyLogs => {
                 let mut pick = state % total_weight;
                 let mut chosen = table[0].1;
                 for (weight, template) in table {
