@@ -214,10 +214,7 @@ fn main() -> std::io::Result<()> {
             continue;
         }
         let path = dir.path().join(format!("{}.log", mix.name()));
-        let size = match mix {
-            Mix::HealthyLogs => generate_healthy(&path, mb)?,
-            _ => generate(&path, mb, mix)?,
-        };
+        let size = generate(&path, mb, mix)?;
         let ours = best_of_three(mix.name(), &path, size)?;
         let grep = grep_rates(&path, size);
         let ratio = grep.map_or(String::from("grep not available"), |g| {
@@ -253,7 +250,9 @@ fn main() -> std::io::Result<()> {
 
 fn templates(mix: Mix) -> &'static [(u32, &'static str)] {
     match mix {
-        Mix::Realistic | Mix::WarningHeavy | Mix::HealthyLogs => NOISE,
+        Mix::Realistic | Mix::WarningHeavy => NOISE,
+        // Written from the fixtures (`generate_healthy`), not from templates.
+        Mix::HealthyLogs => &[],
         Mix::Tp8Warnings => TP8_WARNINGS,
     }
 }
@@ -284,11 +283,7 @@ fn generate_healthy(path: &Path, megabytes: u64) -> std::io::Result<u64> {
         written += corpus.len() as u64;
         if !root_written && written >= target / 100 * 97 {
             root_written = true;
-            for line in ROOT_CAUSE.iter().chain(SECONDARY.iter().cycle().take(300)) {
-                out.write_all(line.as_bytes())?;
-                out.write_all(b"\n")?;
-                written += line.len() as u64 + 1;
-            }
+            written += write_root_cause(&mut out)?.0;
         }
     }
     out.flush()?;
@@ -300,8 +295,23 @@ fn generate_healthy(path: &Path, megabytes: u64) -> std::io::Result<u64> {
     Ok(written)
 }
 
+/// Writes the root cause and the flood of secondary errors after it; returns bytes and lines.
+fn write_root_cause(out: &mut impl Write) -> std::io::Result<(u64, u64)> {
+    let (mut bytes, mut lines) = (0, 0);
+    for line in ROOT_CAUSE.iter().chain(SECONDARY.iter().cycle().take(300)) {
+        out.write_all(line.as_bytes())?;
+        out.write_all(b"\n")?;
+        bytes += line.len() as u64 + 1;
+        lines += 1;
+    }
+    Ok((bytes, lines))
+}
+
 /// Writes a log of about `megabytes` with the root cause near the end; returns its size.
 fn generate(path: &Path, megabytes: u64, mix: Mix) -> std::io::Result<u64> {
+    if let Mix::HealthyLogs = mix {
+        return generate_healthy(path, megabytes);
+    }
     let target = megabytes * 1_000_000;
     let started = Instant::now();
     let table = templates(mix);
@@ -318,7 +328,7 @@ fn generate(path: &Path, megabytes: u64, mix: Mix) -> std::io::Result<u64> {
         state ^= state << 17;
         let template = match mix {
             Mix::WarningHeavy => table[(state % table.len() as u64) as usize].1,
-            Mix::Realistic | Mix::Tp8Warnings | Mix::HealthyLogs => {
+            _ => {
                 let mut pick = state % total_weight;
                 let mut chosen = table[0].1;
                 for (weight, template) in table {
@@ -340,12 +350,9 @@ fn generate(path: &Path, megabytes: u64, mix: Mix) -> std::io::Result<u64> {
         lines += 1;
         if root_line == 0 && written >= target / 100 * 97 {
             root_line = lines + 1;
-            for line in ROOT_CAUSE.iter().chain(SECONDARY.iter().cycle().take(300)) {
-                out.write_all(line.as_bytes())?;
-                out.write_all(b"\n")?;
-                written += line.len() as u64 + 1;
-                lines += 1;
-            }
+            let (bytes, count) = write_root_cause(&mut out)?;
+            written += bytes;
+            lines += count;
         }
     }
     out.flush()?;

@@ -121,8 +121,6 @@ fn classify(dir: &str, cases: &[Case]) -> Vec<Got> {
             batches.push((vec![i], case.evidence.clone()));
         }
     }
-    let batches: Vec<(Vec<usize>, Vec<String>)> =
-        batches.into_iter().filter(|(i, _)| !i.is_empty()).collect();
     let results: Vec<Vec<serde_json::Value>> = std::thread::scope(|scope| {
         let runs: Vec<_> = batches
             .iter()
