@@ -1,7 +1,7 @@
 //! `gpucompat bisect`: real cell runs as probes, a real PEP 691 index on loopback, real installs
 //! for attribution, reuse of recorded runs, resume, and the exit codes.
 
-use crate::util::{Sandbox, gpucompat, python, records, repo_root};
+use crate::util::{Sandbox, exits, gpucompat, python, records, repo_root};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -434,13 +434,13 @@ timeout = "1m"
 fn report_shows_a_bisect_beside_the_cells_it_explains() {
     let sandbox = Sandbox::new();
     sandbox.file("m.toml", VARIANT_MATRIX);
-    let output = bisect_in(&sandbox)
-        .args(["m.toml", "--axis", "v", "--good", "1.0", "--bad", "1.8"])
-        .args(["--cell", "1.8-a", "--out", "bisects/a"])
-        .output()
-        .expect("runs");
+    let output = exits(
+        bisect_in(&sandbox)
+            .args(["m.toml", "--axis", "v", "--good", "1.0", "--bad", "1.8"])
+            .args(["--cell", "1.8-a", "--out", "bisects/a"]),
+        &[0],
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
     // The run under the bisect is quiet: one `[bisect]` line per probe and nothing else.
     assert!(stderr.lines().count() >= 4, "{stderr}");
     for line in stderr.lines() {

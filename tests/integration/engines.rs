@@ -2,7 +2,7 @@
 //! the real launch flags, print the real log lines and answer the real routes (their wheels are
 //! too big for CI; see tests/fixtures/engines/standin.py).
 
-use crate::util::{Sandbox, gpucompat, python, records, repo_root, run_in};
+use crate::util::{Sandbox, exits, gpucompat, python, records, records_by_id, repo_root, run_in};
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -69,21 +69,20 @@ no-progress = "30s"
 "#,
     );
     let out = sandbox.path().join("run");
-    let run = run_in(&sandbox)
-        .args(["--grace", "1s", "--out"])
-        .arg(&out)
-        .arg(&matrix)
-        .env("PATH", path_with_stand_ins())
-        .env(
-            "PYTHONPATH",
-            repo_root().join("tests/fixtures/engines/pypath"),
-        )
-        .env("STANDIN_RANDOM", "1")
-        .env("STANDIN_HEALTH_GAP_S", "2")
-        .output()
-        .expect("run");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    exits(
+        run_in(&sandbox)
+            .args(["--grace", "1s", "--out"])
+            .arg(&out)
+            .arg(&matrix)
+            .env("PATH", path_with_stand_ins())
+            .env(
+                "PYTHONPATH",
+                repo_root().join("tests/fixtures/engines/pypath"),
+            )
+            .env("STANDIN_RANDOM", "1")
+            .env("STANDIN_HEALTH_GAP_S", "2"),
+        &[0],
+    );
     for record in records(&out) {
         let log =
             std::fs::read_to_string(out.join(record["log"].as_str().expect("log"))).expect("log");
@@ -118,25 +117,19 @@ fn sglang_vllm_and_ktransformers_launch_get_ready_and_answer() {
     let sandbox = Sandbox::new();
     let matrix = sandbox.file("m.toml", MATRIX);
     let out = sandbox.path().join("run");
-    let run = run_in(&sandbox)
-        .args(["--grace", "1s", "--out"])
-        .arg(&out)
-        .arg(&matrix)
-        .env("PATH", path_with_stand_ins())
-        .env(
-            "PYTHONPATH",
-            repo_root().join("tests/fixtures/engines/pypath"),
-        )
-        .output()
-        .expect("run");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert_eq!(run.status.code(), Some(0), "{stderr}");
-    let records: HashMap<String, Value> = std::fs::read_to_string(out.join("results.jsonl"))
-        .expect("results")
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("record"))
-        .map(|r| (r["id"].as_str().expect("id").to_owned(), r))
-        .collect();
+    exits(
+        run_in(&sandbox)
+            .args(["--grace", "1s", "--out"])
+            .arg(&out)
+            .arg(&matrix)
+            .env("PATH", path_with_stand_ins())
+            .env(
+                "PYTHONPATH",
+                repo_root().join("tests/fixtures/engines/pypath"),
+            ),
+        &[0],
+    );
+    let records = records_by_id(&out);
     let log = |id: &str| {
         std::fs::read_to_string(out.join(records[id]["log"].as_str().expect("log"))).expect("log")
     };
@@ -286,20 +279,15 @@ python = "python3"
     // An environment with the machine's python but not its packages: no torch, whatever the host.
     let out = sandbox.path().join("run");
     let cache = sandbox.path().join("cache");
-    let run = gpucompat()
-        .arg("run")
-        .arg(&matrix)
-        .arg("--out")
-        .arg(&out)
-        .arg("--cache-dir")
-        .arg(&cache)
-        .output()
-        .expect("run");
-    assert_eq!(
-        run.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+    exits(
+        gpucompat()
+            .arg("run")
+            .arg(&matrix)
+            .arg("--out")
+            .arg(&out)
+            .arg("--cache-dir")
+            .arg(&cache),
+        &[1],
     );
     let record = &records(&out)[0];
     assert_eq!(record["signature"], "dependency_error", "{record}");

@@ -5,7 +5,7 @@
 //! recorded under the old ids stay with the old matrix. This is also what GitHub does: its job
 //! names are made from the same values. `new_axis_gives_new_ids` pins that down.
 
-use crate::util::{Sandbox, gpucompat};
+use crate::util::{Sandbox, exits, gpucompat};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
@@ -16,16 +16,11 @@ fn ids(matrix: &str) -> Vec<(String, Value)> {
         "m.toml",
         &format!("[job]\ncommand = \"true\"\n[matrix]\n{matrix}"),
     );
-    let out = gpucompat()
-        .args(["matrix", "expand", "--format", "json"])
-        .arg(&file)
-        .output()
-        .expect("run");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = exits(
+        gpucompat()
+            .args(["matrix", "expand", "--format", "json"])
+            .arg(&file),
+        &[0],
     );
     let cells: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON");
     cells

@@ -1,7 +1,7 @@
 //! Environments: pins installed from a local wheelhouse of tiny wheels the tests build, once per
 //! pin set, reused, locked, and failures named.
 
-use crate::util::{Sandbox, gpucompat, records, repo_root};
+use crate::util::{Sandbox, exits, gpucompat, records, repo_root};
 use std::path::Path;
 
 /// Builds wheels `tinylib` 1.0 and 2.0 and `tinyapp` 1.0 (which needs tinylib) into `dir`.
@@ -72,17 +72,16 @@ fn installs_each_pin_set_once_and_reuses_it(installer: &str) {
     let matrix = sandbox.file("m.toml", MATRIX);
     let cache = sandbox.path().join("cache");
     let out = sandbox.path().join("run1");
-    let run = gpucompat()
-        .args(["run", "--jobs", "2", "--grace", "1s", "--out"])
-        .arg(&out)
-        .arg("--cache-dir")
-        .arg(&cache)
-        .arg(&matrix)
-        .env("GPUCOMPAT_INSTALLER", installer)
-        .output()
-        .expect("run");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    exits(
+        gpucompat()
+            .args(["run", "--jobs", "2", "--grace", "1s", "--out"])
+            .arg(&out)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .arg(&matrix)
+            .env("GPUCOMPAT_INSTALLER", installer),
+        &[0],
+    );
     let recs = records(&out);
     assert_eq!(recs.len(), 4);
     assert!(recs.iter().all(|r| r["status"] == "pass"), "{recs:?}");

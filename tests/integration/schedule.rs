@@ -1,7 +1,7 @@
 //! GPU-aware scheduling on a declared mixed inventory: cells get GPUs of the archs they ask for,
 //! in the asked order, never two cells on one GPU at a time; `plan --simulate` sizes a fleet.
 
-use crate::util::{Sandbox, gpucompat};
+use crate::util::{Sandbox, exits, gpucompat, records, records_by_id};
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -52,23 +52,18 @@ fn cells_get_their_archs_in_order_and_never_share_a_gpu() {
     let matrix = sandbox.file("m.toml", MATRIX);
     let ledger = sandbox.path().join("ledger.txt");
     let out = sandbox.path().join("run");
-    let run = gpucompat()
-        .args(["run", "--grace", "1s", "--jobs", "8", "--inventory"])
-        .arg(&inventory)
-        .arg("--out")
-        .arg(&out)
-        .arg(&matrix)
-        .env("LEDGER", &ledger)
-        .output()
-        .expect("run");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    exits(
+        gpucompat()
+            .args(["run", "--grace", "1s", "--jobs", "8", "--inventory"])
+            .arg(&inventory)
+            .arg("--out")
+            .arg(&out)
+            .arg(&matrix)
+            .env("LEDGER", &ledger),
+        &[0],
+    );
 
-    let records: Vec<Value> = std::fs::read_to_string(out.join("results.jsonl"))
-        .expect("results")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("record"))
-        .collect();
+    let records = records(&out);
     assert_eq!(records.len(), 18);
     let arch_of = |index: u64| match index {
         0 => "sm_89",
@@ -165,19 +160,14 @@ fn simulate_prints_makespan_utilisation_and_unservable_cells() {
         csv.push_str(&format!("{},{seconds}\n", cell["id"].as_str().expect("id")));
     }
     let durations = sandbox.file("durations.csv", &csv);
-    let out = gpucompat()
-        .args(["plan", "--format", "json", "--simulate"])
-        .arg(&durations)
-        .arg("--inventory")
-        .arg(&inventory)
-        .arg(&matrix)
-        .output()
-        .expect("simulate");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = exits(
+        gpucompat()
+            .args(["plan", "--format", "json", "--simulate"])
+            .arg(&durations)
+            .arg("--inventory")
+            .arg(&inventory)
+            .arg(&matrix),
+        &[0],
     );
     let sim: Value = serde_json::from_slice(&out.stdout).expect("json");
     // sm_90 pool: 3 one-GPU cells x 100 s + 3 two-GPU cells x 200 GPU-s = 900 GPU-s over 2 GPUs.
@@ -262,29 +252,19 @@ cache = "{cache}"
     );
     let out = sandbox.path().join("run");
     let cache = sandbox.path().join("cache");
-    let run = gpucompat()
-        .args(["run", "--grace", "1s", "--jobs", "1", "--inventory"])
-        .arg(&inventory)
-        .arg("--out")
-        .arg(&out)
-        .arg("--cache-dir")
-        .arg(&cache)
-        .arg(&matrix)
-        .env("OUT_DIR", sandbox.path())
-        .output()
-        .expect("run");
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+    exits(
+        gpucompat()
+            .args(["run", "--grace", "1s", "--jobs", "1", "--inventory"])
+            .arg(&inventory)
+            .arg("--out")
+            .arg(&out)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .arg(&matrix)
+            .env("OUT_DIR", sandbox.path()),
+        &[0],
     );
-    let records: HashMap<String, Value> = std::fs::read_to_string(out.join("results.jsonl"))
-        .expect("results")
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("record"))
-        .map(|r| (r["id"].as_str().expect("id").to_owned(), r))
-        .collect();
+    let records = records_by_id(&out);
     let folder = |id: &str| {
         std::fs::read_to_string(sandbox.path().join(format!("{id}.cache")))
             .expect("cache folder")
@@ -370,30 +350,20 @@ esac
 "#,
     );
     let out = sandbox.path().join("run");
-    let run = gpucompat()
-        .args(["run", "--grace", "1s", "--jobs", "1", "--inventory"])
-        .arg(&inventory)
-        .arg("--out")
-        .arg(&out)
-        .arg("--cache-dir")
-        .arg(sandbox.path().join("cache"))
-        .arg(&matrix)
-        .output()
-        .expect("run");
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+    exits(
+        gpucompat()
+            .args(["run", "--grace", "1s", "--jobs", "1", "--inventory"])
+            .arg(&inventory)
+            .arg("--out")
+            .arg(&out)
+            .arg("--cache-dir")
+            .arg(sandbox.path().join("cache"))
+            .arg(&matrix),
+        &[0],
     );
-    let hits: HashMap<String, Option<bool>> = std::fs::read_to_string(out.join("results.jsonl"))
-        .expect("results")
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("record"))
-        .map(|r| {
-            let hit = r["metrics"]["jit_cache_hit"].as_bool();
-            (r["id"].as_str().expect("id").to_owned(), hit)
-        })
+    let hits: HashMap<String, Option<bool>> = records_by_id(&out)
+        .into_iter()
+        .map(|(id, r)| (id, r["metrics"]["jit_cache_hit"].as_bool()))
         .collect();
     // One GPU and `--jobs 1`: the cells run in matrix order, sharing one cache.
     assert_eq!(hits["build-a"], Some(false), "an empty cache: {hits:?}");

@@ -8,7 +8,7 @@
 //! it where it runs as root with apt-get); with `CI` set they fail instead, so CI never passes
 //! by skipping them. Every wait is a poll on real state with a deadline.
 
-use crate::util::{Sandbox, gpucompat, records};
+use crate::util::{Sandbox, exits, gpucompat, records};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -578,36 +578,26 @@ fn slurm_executor_runs_cells_as_array_tasks_and_names_what_slurm_ended() {
         "{limits}"
     );
 
-    let report = gpucompat()
-        .arg("report")
-        .arg(&out)
-        .arg("--out")
-        .arg(dir.join("report"))
-        .output()
-        .expect("report");
-    assert!(
-        matches!(report.status.code(), Some(0 | 1)),
-        "{}",
-        String::from_utf8_lossy(&report.stderr)
+    exits(
+        gpucompat()
+            .arg("report")
+            .arg(&out)
+            .arg("--out")
+            .arg(dir.join("report")),
+        &[0, 1],
     );
     let md = std::fs::read_to_string(dir.join("report/compat.md")).expect("compat.md");
     assert!(md.contains("illegal_address"), "{md}");
 
     // A resume that keeps the infrastructure errors has nothing to submit: the same records.
-    let resumed = cluster
-        .run(
+    exits(
+        &mut cluster.run(
             &matrix,
             &out,
             &inventory,
             &["--resume", "--no-retry-errors"],
-        )
-        .output()
-        .expect("gpucompat");
-    assert_eq!(
-        resumed.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&resumed.stderr)
+        ),
+        &[1],
     );
     assert_eq!(records(&out).len(), 4);
 
@@ -618,12 +608,8 @@ fn slurm_executor_runs_cells_as_array_tasks_and_names_what_slurm_ended() {
         "[matrix]\nn = [1]\n[resources]\ngpus = \"sm_100\"\n[job]\ncommand = \"true\"\n",
     );
     let refused_out = dir.join("refused");
-    let refused = cluster
-        .run(&bad, &refused_out, &inventory, &[])
-        .output()
-        .expect("gpucompat");
+    let refused = exits(&mut cluster.run(&bad, &refused_out, &inventory, &[]), &[2]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("sbatch refused array 1 (constraint sm_100, gres gpu:1")
             && stderr.contains("Invalid feature specification"),
@@ -664,12 +650,11 @@ fn slurm_executor_runs_cells_as_array_tasks_and_names_what_slurm_ended() {
         wait_until(Duration::from_secs(60), shard_results),
         "the gated task never recorded"
     );
-    let resumed = cluster
-        .run(&gated, &gated_out, &inventory, &["--resume"])
-        .output()
-        .expect("gpucompat");
+    let resumed = exits(
+        &mut cluster.run(&gated, &gated_out, &inventory, &["--resume"]),
+        &[0],
+    );
     let stderr = String::from_utf8_lossy(&resumed.stderr);
-    assert_eq!(resumed.status.code(), Some(0), "{stderr}");
     assert!(
         !stderr.contains("submitted Slurm job"),
         "nothing to run again: {stderr}"
@@ -719,27 +704,27 @@ fn slurm_executor_runs_cells_as_array_tasks_and_names_what_slurm_ended() {
 fn slurm_executor_without_sbatch_is_a_clear_input_error() {
     let sandbox = Sandbox::new();
     let matrix = sandbox.file("m.toml", "[matrix]\nn = [1]\n[job]\ncommand = \"true\"\n");
-    let out = gpucompat()
-        .env("PATH", sandbox.path())
-        .arg("run")
-        .arg(&matrix)
-        .args(["--executor", "slurm", "--out"])
-        .arg(sandbox.path().join("run"))
-        .output()
-        .expect("run");
+    let out = exits(
+        gpucompat()
+            .env("PATH", sandbox.path())
+            .arg("run")
+            .arg(&matrix)
+            .args(["--executor", "slurm", "--out"])
+            .arg(sandbox.path().join("run")),
+        &[2],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("`sbatch` is not on PATH"), "{stderr}");
     // Slurm flags without the Slurm executor are a mistake, said before anything runs.
-    let out = gpucompat()
-        .arg("run")
-        .arg(&matrix)
-        .args(["--slurm-partition", "gpu", "--out"])
-        .arg(sandbox.path().join("run2"))
-        .output()
-        .expect("run");
+    let out = exits(
+        gpucompat()
+            .arg("run")
+            .arg(&matrix)
+            .args(["--slurm-partition", "gpu", "--out"])
+            .arg(sandbox.path().join("run2")),
+        &[2],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("`--slurm-partition` needs `--executor slurm`"),
         "{stderr}"

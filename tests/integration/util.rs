@@ -1,12 +1,21 @@
 //! Shared test helpers: the built binary and scratch folders with files in them.
 
 use assert_cmd::Command;
+use assert_cmd::assert::OutputAssertExt;
 use serde_json::Value;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::process::Output;
 
 /// The `gpucompat` binary built for this test run.
 pub(crate) fn gpucompat() -> Command {
     assert_cmd::cargo::cargo_bin_cmd!("gpucompat")
+}
+
+/// Runs `command` and asserts that it exited with one of `codes`; where it did not, the failure
+/// shows the command line, its exit and both its outputs. Returns the output for further checks.
+pub(crate) fn exits(command: impl OutputAssertExt, codes: &'static [i32]) -> Output {
+    command.assert().code(codes).get_output().clone()
 }
 
 /// `gpucompat run` kept inside `sandbox`: its JIT caches under the sandbox (not the user's cache,
@@ -63,6 +72,14 @@ pub(crate) fn records(run: &Path) -> Vec<Value> {
         .expect("results.jsonl")
         .lines()
         .map(|l| serde_json::from_str(l).expect("results.jsonl line is JSON"))
+        .collect()
+}
+
+/// The records of a run folder's `results.jsonl` by cell id.
+pub(crate) fn records_by_id(run: &Path) -> HashMap<String, Value> {
+    records(run)
+        .into_iter()
+        .map(|r| (r["id"].as_str().expect("record has an id").to_owned(), r))
         .collect()
 }
 
