@@ -5,6 +5,7 @@
 use crate::util::{Sandbox, exits, gpucompat, python, records, records_by_id, repo_root, run_in};
 use serde_json::Value;
 use std::collections::HashMap;
+use std::path::Path;
 
 const MATRIX: &str = r#"
 engine = "{engine}"
@@ -30,6 +31,22 @@ ready-timeout = "60s"
 timeout = "2m"
 no-progress = "30s"
 "#;
+
+/// `gpucompat run` of `matrix` into `out` with the stand-in engines first on PATH (and their
+/// Python package on PYTHONPATH); further options and environment follow.
+fn run_stand_ins(sandbox: &Sandbox, out: &Path, matrix: &Path) -> assert_cmd::Command {
+    let mut command = run_in(sandbox);
+    command
+        .args(["--grace", "1s", "--out"])
+        .arg(out)
+        .arg(matrix)
+        .env("PATH", path_with_stand_ins())
+        .env(
+            "PYTHONPATH",
+            repo_root().join("tests/fixtures/engines/pypath"),
+        );
+    command
+}
 
 fn path_with_stand_ins() -> String {
     let bin = repo_root().join("tests/fixtures/engines/bin");
@@ -70,15 +87,7 @@ no-progress = "30s"
     );
     let out = sandbox.path().join("run");
     exits(
-        run_in(&sandbox)
-            .args(["--grace", "1s", "--out"])
-            .arg(&out)
-            .arg(&matrix)
-            .env("PATH", path_with_stand_ins())
-            .env(
-                "PYTHONPATH",
-                repo_root().join("tests/fixtures/engines/pypath"),
-            )
+        run_stand_ins(&sandbox, &out, &matrix)
             .env("STANDIN_RANDOM", "1")
             .env("STANDIN_HEALTH_GAP_S", "2"),
         &[0],
@@ -117,18 +126,7 @@ fn sglang_vllm_and_ktransformers_launch_get_ready_and_answer() {
     let sandbox = Sandbox::new();
     let matrix = sandbox.file("m.toml", MATRIX);
     let out = sandbox.path().join("run");
-    exits(
-        run_in(&sandbox)
-            .args(["--grace", "1s", "--out"])
-            .arg(&out)
-            .arg(&matrix)
-            .env("PATH", path_with_stand_ins())
-            .env(
-                "PYTHONPATH",
-                repo_root().join("tests/fixtures/engines/pypath"),
-            ),
-        &[0],
-    );
+    exits(&mut run_stand_ins(&sandbox, &out, &matrix), &[0]);
     let records = records_by_id(&out);
     let log = |id: &str| {
         std::fs::read_to_string(out.join(records[id]["log"].as_str().expect("log"))).expect("log")
@@ -229,15 +227,7 @@ fn a_servers_own_error_answer_names_the_failure() {
             "engine = \"sglang\"\n[matrix]\nfi = [\"0.6.3\"]\n[server]\nmodel = \"m\"\nready-timeout = \"60s\"\nno-progress = \"30s\"\n",
         );
         let out = sandbox.path().join("run");
-        let run = run_in(&sandbox)
-            .args(["--grace", "1s", "--out"])
-            .arg(&out)
-            .arg(&matrix)
-            .env("PATH", path_with_stand_ins())
-            .env(
-                "PYTHONPATH",
-                repo_root().join("tests/fixtures/engines/pypath"),
-            )
+        let run = run_stand_ins(&sandbox, &out, &matrix)
             .env("STANDIN_FAIL", fail)
             .output()
             .expect("run");
@@ -453,15 +443,7 @@ STANDIN_RANDOM = "{random}"
             ),
         );
         let out = sandbox.path().join("run");
-        let run = run_in(&sandbox)
-            .args(["--grace", "1s", "--out"])
-            .arg(&out)
-            .arg(&matrix)
-            .env("PATH", path_with_stand_ins())
-            .env(
-                "PYTHONPATH",
-                repo_root().join("tests/fixtures/engines/pypath"),
-            )
+        let run = run_stand_ins(&sandbox, &out, &matrix)
             .output()
             .expect("run");
         let by_answer: HashMap<String, Value> = records(&out)
