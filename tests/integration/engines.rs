@@ -4,7 +4,6 @@
 
 use crate::util::{Sandbox, exits, gpucompat, python, records, records_by_id, repo_root, run_in};
 use serde_json::Value;
-use std::collections::HashMap;
 use std::path::Path;
 
 const MATRIX: &str = r#"
@@ -446,11 +445,7 @@ STANDIN_RANDOM = "{random}"
         let run = run_stand_ins(&sandbox, &out, &matrix)
             .output()
             .expect("run");
-        let by_answer: HashMap<String, Value> = records(&out)
-            .into_iter()
-            .map(|r| (r["id"].as_str().unwrap_or_default().to_owned(), r))
-            .collect();
-        (run.status.code(), by_answer, sandbox)
+        (run.status.code(), records_by_id(&out), sandbox)
     };
 
     let (code, records, _keep) = run("text");

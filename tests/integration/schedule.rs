@@ -4,6 +4,7 @@
 use crate::util::{Sandbox, exits, gpucompat, records, records_by_id};
 use serde_json::Value;
 use std::collections::HashMap;
+use std::path::Path;
 
 const INVENTORY: &str = r#"
 host = "mixed-rig"
@@ -44,6 +45,20 @@ echo "end $(date +%s.%N) $GPUCOMPAT_CELL_ID $CUDA_VISIBLE_DEVICES" >> "$LEDGER"
 """
 timeout = "1m"
 "#;
+
+/// `gpucompat run` of `matrix` one cell at a time on `inventory`, its JIT caches under `cache`.
+fn run_serially(inventory: &Path, out: &Path, cache: &Path, matrix: &Path) -> assert_cmd::Command {
+    let mut command = gpucompat();
+    command
+        .args(["run", "--grace", "1s", "--jobs", "1", "--inventory"])
+        .arg(inventory)
+        .arg("--out")
+        .arg(out)
+        .arg("--cache-dir")
+        .arg(cache)
+        .arg(matrix);
+    command
+}
 
 #[test]
 fn cells_get_their_archs_in_order_and_never_share_a_gpu() {
@@ -253,15 +268,7 @@ cache = "{cache}"
     let out = sandbox.path().join("run");
     let cache = sandbox.path().join("cache");
     exits(
-        gpucompat()
-            .args(["run", "--grace", "1s", "--jobs", "1", "--inventory"])
-            .arg(&inventory)
-            .arg("--out")
-            .arg(&out)
-            .arg("--cache-dir")
-            .arg(&cache)
-            .arg(&matrix)
-            .env("OUT_DIR", sandbox.path()),
+        run_serially(&inventory, &out, &cache, &matrix).env("OUT_DIR", sandbox.path()),
         &[0],
     );
     let records = records_by_id(&out);
@@ -351,14 +358,7 @@ esac
     );
     let out = sandbox.path().join("run");
     exits(
-        gpucompat()
-            .args(["run", "--grace", "1s", "--jobs", "1", "--inventory"])
-            .arg(&inventory)
-            .arg("--out")
-            .arg(&out)
-            .arg("--cache-dir")
-            .arg(sandbox.path().join("cache"))
-            .arg(&matrix),
+        &mut run_serially(&inventory, &out, &sandbox.path().join("cache"), &matrix),
         &[0],
     );
     let hits: HashMap<String, Option<bool>> = records_by_id(&out)
