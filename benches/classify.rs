@@ -248,12 +248,13 @@ fn main() -> std::io::Result<()> {
     Ok(())
 }
 
-fn templates(mix: Mix) -> &'static [(u32, &'static str)] {
+/// The weighted line templates a mix is generated from; `None` for the mix written from the
+/// healthy fixtures (`generate_healthy`).
+fn templates(mix: Mix) -> Option<&'static [(u32, &'static str)]> {
     match mix {
-        Mix::Realistic | Mix::WarningHeavy => NOISE,
-        // Written from the fixtures (`generate_healthy`), not from templates.
-        Mix::HealthyLogs => &[],
-        Mix::Tp8Warnings => TP8_WARNINGS,
+        Mix::Realistic | Mix::WarningHeavy => Some(NOISE),
+        Mix::Tp8Warnings => Some(TP8_WARNINGS),
+        Mix::HealthyLogs => None,
     }
 }
 
@@ -309,12 +310,11 @@ fn write_root_cause(out: &mut impl Write) -> std::io::Result<(u64, u64)> {
 
 /// Writes a log of about `megabytes` with the root cause near the end; returns its size.
 fn generate(path: &Path, megabytes: u64, mix: Mix) -> std::io::Result<u64> {
-    if let Mix::HealthyLogs = mix {
+    let Some(table) = templates(mix) else {
         return generate_healthy(path, megabytes);
-    }
+    };
     let target = megabytes * 1_000_000;
     let started = Instant::now();
-    let table = templates(mix);
     let total_weight: u64 = table.iter().map(|(w, _)| u64::from(*w)).sum();
     let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
     let mut written = 0u64;
