@@ -280,16 +280,7 @@ impl Cluster {
     }
 
     fn ok(&self, command: &mut Command) {
-        let out = command
-            .env("SLURM_CONF", &self.conf)
-            .output()
-            .expect("runs");
-        assert!(
-            out.status.success(),
-            "{command:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        exits(command.env("SLURM_CONF", &self.conf), &[0]);
     }
 
     /// Fails with every daemon's log when `held` is false.
