@@ -120,6 +120,10 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^(Warning):\s*",
     // docker compose: `vllm-1  | `.
     r"^\w[\w.-]*\s+\|\s?",
+    // Docker BuildKit's plain progress (`docker build --progress=plain`, what CI logs keep): the
+    // step and the seconds since it began, `#10 1380.2 `. A gdb frame (`#1  0x7f.. in`) has no
+    // decimal seconds.
+    r"^#\d+ \d+\.\d+(?: |$)",
     // rich console boxes: `│ ERROR 09-27 ... │`.
     r"^[│┃║]\s*",
     // A markdown quote, as issue threads paste logs (`> Traceback ...`); not Python's `>>>`.
@@ -579,6 +583,16 @@ mod tests {
             (
                 "[12:36:23] :\t [Step 1/1] RuntimeError: CUDA error: an illegal memory access was encountered",
                 "RuntimeError: CUDA error: an illegal memory access was encountered",
+                Level::Unknown,
+            ),
+            (
+                "#10 1380.2 /deps/flashinfer/vec_dtypes.cuh(56): error: more than one instance",
+                "/deps/flashinfer/vec_dtypes.cuh(56): error: more than one instance",
+                Level::Unknown,
+            ),
+            (
+                "#1  0x000071f4d42ab393 in __pthread_kill_internal (signo=11)",
+                "#1  0x000071f4d42ab393 in __pthread_kill_internal (signo=11)",
                 Level::Unknown,
             ),
             (
