@@ -120,6 +120,10 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^(Warning):\s*",
     // docker compose: `vllm-1  | `.
     r"^\w[\w.-]*\s+\|\s?",
+    // Google Cloud Logging's text export names the container after the entry's own severity and
+    // time (`INFO 2025-11-19T20:16:36.09Z [resource.labels.containerName: vllm] `, GKE): the
+    // severity is the collector's, the level the engine wrote follows.
+    r"^\[resource\.labels\.[\w.]+: [^\]]*\]\s*",
     // Docker BuildKit's plain progress (`docker build --progress=plain`, what CI logs keep): the
     // step and the seconds since it began, `#10 1380.2 `. A gdb frame (`#1  0x7f.. in`) has no
     // decimal seconds.
@@ -584,6 +588,11 @@ mod tests {
                 "[12:36:23] :\t [Step 1/1] RuntimeError: CUDA error: an illegal memory access was encountered",
                 "RuntimeError: CUDA error: an illegal memory access was encountered",
                 Level::Unknown,
+            ),
+            (
+                "INFO 2025-11-19T20:16:36.096638074Z [resource.labels.containerName: vllm] (EngineCore_DP0 pid=270) ERROR 11-19 12:16:36 [v1/engine/core.py:842] torch.OutOfMemoryError: CUDA out of memory.",
+                "torch.OutOfMemoryError: CUDA out of memory.",
+                Level::Error,
             ),
             (
                 "#10 1380.2 /deps/flashinfer/vec_dtypes.cuh(56): error: more than one instance",
