@@ -40,6 +40,8 @@ struct Case {
     source: String,
     /// `--exit-code` / `--signal` / `--watchdog` arguments (GPU recordings only).
     evidence: Vec<String>,
+    /// The labeller hesitated: the note says `contested: <other label> because ...`.
+    contested: bool,
 }
 
 /// FNV-1a, 64 bits: a stable hash that decides a source's fold (the split is fixed by the data).
@@ -78,6 +80,7 @@ fn read_cases(dir: &Path) -> Vec<Case> {
                 label: r[1].to_owned(),
                 source: r[column("source").expect("source column")].to_owned(),
                 evidence,
+                contested: column("note").is_some_and(|i| r[i].contains("contested")),
             }
         })
         .collect()
@@ -341,6 +344,7 @@ fn healthy_logs_are_named_nothing() {
                 label: "unknown".to_owned(),
                 source: r[1].to_owned(),
                 evidence: Vec::new(),
+                contested: false,
             }
         })
         .collect();
@@ -431,6 +435,9 @@ fn second_opinion(cases: &[Case], got: &[Got]) -> String {
         .collect();
     let names: Vec<&str> = Signature::ALL.iter().map(|s| s.as_str()).collect();
     let (mut agree, mut agree_sure) = (Score::default(), Score::default());
+    // The logs neither labeller hesitated over and both name alike: how the classifier does where
+    // the label is not in doubt.
+    let mut clear = Score::default();
     let (mut rules, mut model, mut either) = (Score::default(), Score::default(), Score::default());
     let mut seen = std::collections::BTreeSet::new();
     for second in second_labels() {
@@ -451,10 +458,11 @@ fn second_opinion(cases: &[Case], got: &[Got]) -> String {
         let (case, got) = (&cases[i], &got[i]);
         let alike = correct(&case.label, &second.label) || correct(&second.label, &case.label);
         agree.add(alike);
-        // The first labeller marks a hesitation in the note (`contested: ...`); it is not read
-        // here, so "sure" is the second reader's word only.
-        if second.sure {
+        if second.sure && !case.contested {
             agree_sure.add(alike);
+            if alike {
+                clear.add(correct(&case.label, &got.named));
+            }
         }
         either.add(correct(&case.label, &got.named) || correct(&second.label, &got.named));
         if alike {
@@ -468,7 +476,8 @@ fn second_opinion(cases: &[Case], got: &[Got]) -> String {
         AGREED_FLOOR * 100.0
     );
     format!(
-        "two labellers: agree on {agree}; where the second did not hesitate, {agree_sure}; \
+        "two labellers: agree on {agree}; where neither hesitated, {agree_sure}, and there the \
+         classifier names {clear}; \
          classifier on the logs they name alike: rules alone {rules}, with the lexical model \
          {model} (in-sample where tuned); right by either label {either}"
     )
