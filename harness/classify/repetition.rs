@@ -213,7 +213,37 @@ fn unmatched_close(text: &str) -> Option<usize> {
 fn looping_phrase(text: &str) -> Option<String> {
     let chars: Vec<char> = text.chars().collect();
     let longest = MAX_UNIT.min(chars.len() / MIN_COPIES);
-    (2..=longest).find_map(|period| repeating_unit(&chars, period))
+    (2..=longest)
+        .find_map(|period| repeating_unit(&chars, period))
+        .or_else(|| letter_run(&chars))
+}
+
+/// Copies of one letter, back to back, that make a generation stuck on one token.
+const MIN_LETTER_RUN: usize = 24;
+
+/// A model stuck on one token that is one letter prints it until the token limit (`GGGG...`,
+/// a Chinese character eighty times): no word, no phrase, no separator. Runs of one character
+/// are otherwise rules (`=====`, `─────`), bars (`█████`) or padding, none of them a letter.
+/// Data holds runs of letters too: hex (`0xffff...`, a digest) and base64 (`AAAA...` is a run of
+/// zero bytes) sit in a stretch of their alphabet with a digit; `xxxx` and `XXXX` stand for what
+/// was redacted; a long vowel mark (`ー`) draws a rule in Japanese text.
+fn letter_run(chars: &[char]) -> Option<String> {
+    let mut start = 0;
+    for end in 1..=chars.len() {
+        if end < chars.len() && chars[end] == chars[start] {
+            continue;
+        }
+        let letter = chars[start];
+        if end - start >= MIN_LETTER_RUN
+            && letter.is_alphabetic()
+            && !matches!(letter, 'x' | 'X' | 'A' | 'ー' | 'ｰ')
+            && !in_base64_blob(chars, start, end)
+        {
+            return Some(letter.to_string());
+        }
+        start = end;
+    }
+    None
 }
 
 /// The double- or single-quoted strings of `line`. A string ends at its quote followed by a
@@ -628,6 +658,18 @@ mod tests {
     }
 
     #[test]
+    fn a_generation_stuck_on_one_letter_is_a_loop() {
+        let line = format!("`*{}追给给迫你。`", "给".repeat(70));
+        assert_eq!(repeated_phrase(&line).as_deref(), Some("给"), "{line}");
+        let line = format!("Answer: {}", "G".repeat(60));
+        assert_eq!(repeated_phrase(&line).as_deref(), Some("G"), "{line}");
+        let line = format!("{{\"text\": \"back.P{}\"}}", "e".repeat(40));
+        assert_eq!(repeated_phrase(&line).as_deref(), Some("e"), "{line}");
+        // A stutter is no run.
+        assert_eq!(repeated_phrase(&format!("Ah{}!", "h".repeat(10))), None);
+    }
+
+    #[test]
     fn a_word_fragment_glued_to_itself_is_a_loop() {
         let line = format!("u{}...", "ctdu".repeat(13));
         assert_eq!(repeated_phrase(&line).as_deref(), Some("uctd"), "{line}");
@@ -698,6 +740,12 @@ mod tests {
     #[test]
     fn logs_that_only_look_regular_are_not_loops() {
         for line in [
+            format!("token: hf_{}", "x".repeat(30)),
+            format!("mask 0x{}", "f".repeat(32)),
+            format!("sha256:9a{}", "f".repeat(30)),
+            format!("data:image/png;base64,iVBORw0KGgo{}ASUVORK5CYII=", "A".repeat(40)),
+            "ー".repeat(40),
+            "─".repeat(40),
             format!("[{}]", "True, ".repeat(20)),
             format!("({})", "'NVIDIA H100 80GB HBM3', ".repeat(8)),
             "=".repeat(120),
