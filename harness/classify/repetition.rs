@@ -122,14 +122,15 @@ pub(crate) fn token_zero(line: &str) -> Option<&'static str> {
 const MIN_BARE_RUN: usize = 64;
 
 /// `lines[index]` is nothing but a run of `!` ([`MIN_BARE_RUN`] or more) under a line that is an
-/// output's label alone (`NO.1 生成文本:`, `========= output =========`, `Response:`): the answer
-/// a script printed below its label, token 0 over and over, as [`token_zero`] reads it on the
-/// label's own line. The label is the whole line: a sentence that merely ends in "output" or
+/// output's label alone (`NO.1 生成文本:`, `========= output =========`, `Response:`) or a chat
+/// template's turn of the assistant (`<|im_start|>assistant`, `[/INST]`, `Assistant:`, where a
+/// chat CLI prints the rendered prompt and then the answer): the answer a script printed below its
+/// label, token 0 over and over, as [`token_zero`] reads it on the label's own line. The label is the whole line: a sentence that merely ends in "output" or
 /// "response" ("Run with --verbose for more output", "could not parse the response") is a message,
 /// and a banner of `!` under it is a tool's warning box.
 pub(crate) fn token_zero_below_label(lines: &[&str], index: usize) -> bool {
     static LABEL: LazyLock<Option<Regex>> = LazyLock::new(|| {
-        Regex::new(r"(?i)^\s*(?:no\.?\s*\d+\s*)?[=*#-]*\s*(?:(?:model|generated|final)[ _])?(?:generated[ _]?text|outputs?|response|answer|completion|生成文本|输出|回答)\s*[:：]?\s*[=*#-]*\s*$").ok()
+        Regex::new(r"(?i)^\s*(?:no\.?\s*\d+\s*)?[=*#-]*\s*(?:(?:model|generated|final)[ _])?(?:generated[ _]?text|outputs?|response|answer|completion|生成文本|输出|回答)\s*[:：]?\s*[=*#-]*\s*$|^\s*(?:<\|im_start\|>\s*assistant|<\|assistant\|>|<\|start_header_id\|>\s*assistant\s*<\|end_header_id\|>|<start_of_turn>\s*model|<｜Assistant｜>|\[/INST\]|(?:###\s*)?assistant\s*[:：]?)\s*$").ok()
     });
     let Some(line) = lines.get(index).map(|line| line.trim()) else {
         return false;
@@ -580,7 +581,14 @@ mod tests {
     #[test]
     fn a_run_of_token_zero_below_an_outputs_label_is_a_generation() {
         let run = "!".repeat(128);
-        for label in ["========= output =========", "NO.1 生成文本:", "Response:"] {
+        for label in [
+            "========= output =========",
+            "NO.1 生成文本:",
+            "Response:",
+            "<|im_start|>assistant",
+            "[/INST]",
+            "ASSISTANT:",
+        ] {
             let lines = [label, "", run.as_str()];
             assert!(token_zero_below_label(&lines, 2), "{label}");
         }
@@ -589,6 +597,10 @@ mod tests {
         let banner = "!".repeat(40);
         assert!(!token_zero_below_label(&["Output:", banner.as_str()], 1));
         assert!(!token_zero_below_label(&["Prompt:", run.as_str()], 1));
+        assert!(!token_zero_below_label(
+            &["<|im_start|>user", run.as_str()],
+            1
+        ));
         assert!(!token_zero_below_label(
             &[
                 "INFO 05-28 14:44:28 [loggers.py:116] Engine 000",
