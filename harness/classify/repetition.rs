@@ -125,9 +125,10 @@ const MIN_BARE_RUN: usize = 64;
 /// output's label alone (`NO.1 生成文本:`, `========= output =========`, `Response:`) or a chat
 /// template's turn of the assistant (`<|im_start|>assistant`, `[/INST]`, `Assistant:`, where a
 /// chat CLI prints the rendered prompt and then the answer): the answer a script printed below its
-/// label, token 0 over and over, as [`token_zero`] reads it on the label's own line. The label is the whole line: a sentence that merely ends in "output" or
-/// "response" ("Run with --verbose for more output", "could not parse the response") is a message,
-/// and a banner of `!` under it is a tool's warning box.
+/// label, token 0 over and over, as [`token_zero`] reads it on the label's own line. The label is
+/// the whole line: a sentence that merely ends in "output" or "response" ("Run with --verbose for
+/// more output", "could not parse the response") is a message, and a banner of `!` under it is a
+/// tool's warning box.
 pub(crate) fn token_zero_below_label(lines: &[&str], index: usize) -> bool {
     static LABEL: LazyLock<Option<Regex>> = LazyLock::new(|| {
         Regex::new(r"(?i)^\s*(?:no\.?\s*\d+\s*)?[=*#-]*\s*(?:(?:model|generated|final)[ _])?(?:generated[ _]?text|outputs?|response|answer|completion|生成文本|输出|回答)\s*[:：]?\s*[=*#-]*\s*$|^\s*(?:<\|im_start\|>\s*assistant|<\|assistant\|>|<\|start_header_id\|>\s*assistant\s*<\|end_header_id\|>|<start_of_turn>\s*model|<｜Assistant｜>|\[/INST\]|(?:###\s*)?assistant\s*[:：]?)\s*$").ok()
