@@ -7,7 +7,9 @@
 //! lines the scan keeps, and only where no line of the log names a failure. Three systems are
 //! soup too where a word glues two that are not Latin (`blanksยะ你在inalg`: Thai and Han inside
 //! one word): Chinese or Japanese text quoting English runs into it (`使用vllm部署`), but no prose
-//! writes Thai into Chinese without a space.
+//! writes Thai into Chinese without a space. Two systems are soup where two words each glue Latin
+//! and Cyrillic (or Greek) letters together (`progressadvраб`, `ховgenceariest`): languages of
+//! one kind of alphabet put a space or a sign between a Russian word and an English one.
 
 use unicode_script::{Script, UnicodeScript};
 
@@ -23,11 +25,18 @@ const MIN_LETTERS: usize = 2;
 pub(crate) fn mixed_scripts(line: &str) -> Option<Vec<&'static str>> {
     let symbols_out = without_greek_symbols(line);
     let line = symbols_out.as_ref();
+    let glued_alphabets = line
+        .split_whitespace()
+        .filter(|word| glues_alphabets(word))
+        .count();
     let scripts: Vec<&'static str> = letter_counts(line)
         .into_iter()
         .filter(|&(_, n)| n >= MIN_LETTERS)
         .map(|(script, _)| script.full_name())
         .collect();
+    if glued_alphabets >= MIN_MIXED_WORDS {
+        return Some(scripts);
+    }
     if scripts.len() < MIN_SCRIPTS - 1 {
         return None;
     }
@@ -75,6 +84,40 @@ fn glues_non_latin(word: &str) -> bool {
         }
     }
     long_runs.len() >= 2
+}
+
+/// `word` holds a run of two letters or more of one cased alphabet (Latin, Cyrillic, Greek) right
+/// next to a run of two or more of another, no sign between them. One letter is a look-alike
+/// typed by mistake (`Cuda` with a Cyrillic `а`) or a stray byte (`ГERROR`), not a fragment.
+fn glues_alphabets(word: &str) -> bool {
+    let alphabet = |c: char| {
+        let script = c.script();
+        (c.is_alphabetic() && matches!(script, Script::Latin | Script::Cyrillic | Script::Greek))
+            .then_some(script)
+    };
+    // The run before the current one, if the current one touches it, and the current one.
+    let mut before: Option<(Script, usize)> = None;
+    let mut run: Option<(Script, usize)> = None;
+    for c in word.chars() {
+        match (run, alphabet(c)) {
+            (Some((current, n)), Some(next)) if current == next => run = Some((current, n + 1)),
+            (Some(done), Some(next)) => {
+                before = Some(done);
+                run = Some((next, 1));
+            }
+            (None, Some(next)) => run = Some((next, 1)),
+            (_, None) => {
+                before = None;
+                run = None;
+            }
+        }
+        if let (Some((_, a)), Some((_, b))) = (before, run) {
+            if a >= MIN_LETTERS && b >= MIN_LETTERS {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// `line` with its Greek letters taken out where none of them forms a word of three letters:
@@ -144,6 +187,17 @@ mod tests {
     }
 
     #[test]
+    fn latin_and_cyrillic_glued_in_two_words_are_soup() {
+        for soup in [
+            "unprecedented social progressadvраб operationitelkeltc ScherobatiotviksochitelockUBtc/(ховgenceariestcwigotaetwork",
+            "Output: hrteьюcardChild колоcardtreChild",
+        ] {
+            let scripts = mixed_scripts(soup).expect("soup");
+            assert_eq!(scripts, ["Latin", "Cyrillic"], "{soup}");
+        }
+    }
+
+    #[test]
     fn multilingual_text_is_not_soup() {
         for line in [
             "Translate 'hello' into Russian: привет, and Japanese: こんにちは (konnichiwa)",
@@ -164,6 +218,9 @@ mod tests {
             "Generated text: \"두 근을 α, β라 하면 α+β=-b/a 이고 αβ값은 c/a 이다 (Vieta).\"",
             "Clarke 变换将 abc 坐标系转换到αβ坐标系，Park 变换再将αβ坐标系转换到 dq 坐标系。",
             "Generated text: '俄语的“Привет”就是英语的 hello，意思是“你好”。Привет是最常用的问候语。'",
+            "Ошибка:CUDA error: out of memory; модель:Qwen2-7B, Ошибка-ERROR",
+            "ГERROR ГERROR: Cudа and Cudа again", // one stray letter each
+            "Перевод: hello - привет, world - мир (English/Русский)",
         ] {
             assert_eq!(mixed_scripts(line), None, "{line}");
         }
