@@ -26,6 +26,11 @@ pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
         return Some(token.to_owned());
     }
     let line = &without_prompt(line);
+    // Escaped newlines are text, never a collection's data: looked for in the whole line (a
+    // response printed as JSON is often cut before its string closes).
+    if let Some(newlines) = newline_run(line) {
+        return Some(newlines);
+    }
     // A printed collection (`[True, True, ...]`, NumPy's `[ True  True ...]`, a tuple of GPU
     // names) repeats its elements by nature: data, not a generation. A response printed as JSON
     // may still hold a looping text (`{"text_output": "import numpy py py py ..."}`): in a line
@@ -218,6 +223,18 @@ fn looping_phrase(text: &str) -> Option<String> {
     (2..=longest)
         .find_map(|period| repeating_unit(&chars, period))
         .or_else(|| letter_run(&chars))
+}
+
+/// Escaped line breaks, back to back, that make a generation of empty lines.
+const MIN_NEWLINE_RUN: usize = 24;
+
+/// A model stuck on the newline token prints nothing else until the token limit; a JSON or repr
+/// of its text shows that as `\n\n\n...` (`"completion": "    # Write your code here\n\n\n...`,
+/// TensorRT-LLM's `Output [Text 0 Beam 0]: "\n\n\n...`). A text a person wrote leaves a blank
+/// line or two, never two dozen in a row.
+fn newline_run(text: &str) -> Option<String> {
+    let run = "\\n".repeat(MIN_NEWLINE_RUN);
+    text.contains(&run).then(|| "\\n".to_owned())
 }
 
 /// Copies of one letter, back to back, that make a generation stuck on one token.
@@ -680,6 +697,20 @@ mod tests {
         assert_eq!(repeated_phrase(&line).as_deref(), Some("e"), "{line}");
         // A stutter is no run.
         assert_eq!(repeated_phrase(&format!("Ah{}!", "h".repeat(10))), None);
+    }
+
+    #[test]
+    fn a_generation_of_escaped_newlines_is_a_loop() {
+        let nl = "\\n".repeat(40);
+        for line in [
+            format!(r#"{{"task_id": "HumanEval/94", "completion": "    # Write your code here{nl}"#),
+            format!(r#"Output [Text 0 Beam 0]: "{nl}""#),
+        ] {
+            assert_eq!(repeated_phrase(&line).as_deref(), Some("\\n"), "{line}");
+        }
+        let few = "\\n".repeat(3);
+        let line = format!(r#"{{"text": "def f():{few}    return 1{few}"}}"#);
+        assert_eq!(repeated_phrase(&line), None);
     }
 
     #[test]
