@@ -83,7 +83,8 @@ const ASKED_ROLE: &str = r#"(?i)["']role["']\s*:\s*["'](?:user|system)["']"#;
 /// "!!!!!!"`, a reasoning model's `"reasoning": "!!!!!!"`, unquoted as `model output: !!!!!!`, or
 /// behind a chat template's special token, `"content": "<|channel|>!!!!!!"`): a run after an
 /// output's label, not a prompt (a warm-up of token 0 echoes `prompt: '!!!!...'`) nor a user's
-/// message. `!` is token 0 of GPT-2's byte-level vocabulary and of those built on it (Qwen's
+/// message; a short generation (a smoke test's 8 or 16 tokens) quoted whole needs 8 `!` only
+/// (`Output: "!!!!!!!!"`). `!` is token 0 of GPT-2's byte-level vocabulary and of those built on it (Qwen's
 /// among them), and token 0 is what an argmax returns over logits that are all NaN: a model whose
 /// kernels produce NaN prints `!` until the token limit. One character is no phrase for the loop
 /// check (a rule of `=====` is no generation); a run of `!` after an output's label is. So is a
@@ -102,7 +103,7 @@ const ASKED_ROLE: &str = r#"(?i)["']role["']\s*:\s*["'](?:user|system)["']"#;
 /// `NUL` for a run of `\u0000`.
 pub(crate) fn token_zero(line: &str) -> Option<&'static str> {
     static RUN: LazyLock<Option<Regex>> = LazyLock::new(|| {
-        Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer|reasoning(?:_content)?)["']?\s*[:=]\s*["']?(?:<\|[a-z_]{1,30}\|>)*(?:!{16,}|(?P<nul>(?:\\u0000){16,}))(?:["']|\s|$|\.\.\.)|\p{L}(?:!{24,}(?:\.\.\.|…)|!{64,})["']?\s*$|(?P<label>[^\x00-\x7F]\s*[:：]|：)\s*!{16,}\s*$"#).ok()
+        Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer|reasoning(?:_content)?)["']?\s*[:=]\s*["']?(?:<\|[a-z_]{1,30}\|>)*(?:!{16,}|(?P<nul>(?:\\u0000){16,}))(?:["']|\s|$|\.\.\.)|\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer)["']?\s*[:=]\s*["']!{8,15}["']|\p{L}(?:!{24,}(?:\.\.\.|…)|!{64,})["']?\s*$|(?P<label>[^\x00-\x7F]\s*[:：]|：)\s*!{16,}\s*$"#).ok()
     });
     static ASKED: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(ASKED_ROLE).ok());
     static PROMPT: LazyLock<Option<Regex>> = LazyLock::new(|| {
@@ -657,6 +658,7 @@ mod tests {
                 "To understand how a modern Mixture-of-Experts (Mo{}",
                 "!".repeat(200)
             ),
+            "Output: \"!!!!!!!!\"".to_owned(),
         ] {
             assert_eq!(repeated_phrase(&line).as_deref(), Some("!"), "{line}");
         }
@@ -673,6 +675,8 @@ mod tests {
             format!("output: {bang}WARNING"),
             format!("Wow{bang} that was fast"),
             format!("Training finished{}", "!".repeat(30)),
+            "Output: \"Done!!!!!!!!\"".to_owned(),
+            "text: \"!!!!!!!\"".to_owned(),
             format!("训练完成{}", "!".repeat(30)),
             format!("ALL TESTS PASSED{}", "!".repeat(40)),
             format!("data: {}", "\\u0000".repeat(20)),
