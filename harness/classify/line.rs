@@ -177,9 +177,8 @@ static PYTEST_STATUS: LazyLock<Option<Regex>> = LazyLock::new(|| {
 /// Ray's deduplication suffix (`[repeated 2x across cluster]`), the right border of a rich
 /// console box, and the backticks that close a Markdown code span or fence on the log's last line
 /// as it was pasted into a report (`Illegal instruction\``).
-static SUFFIX: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    Regex::new(r"\s*(?:\[repeated \d+x across cluster\]|[│┃║]|`+)\s*$").ok()
-});
+static SUFFIX: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"\s*(?:\[repeated \d+x across cluster\]|[│┃║]|`+)\s*$").ok());
 
 /// SGR sequences whose escape byte got lost on the way (`[36m(RayWorkerWrapper ...`), or was
 /// pasted in caret notation (`^[[1;36m`), or lost its bracket too at the start of a line
@@ -667,7 +666,11 @@ mod tests {
                 Level::Unknown,
             ),
             ("WARNING:root:careful", "careful", Level::Warning),
-            ("Illegal instruction`", "Illegal instruction", Level::Unknown),
+            (
+                "Illegal instruction`",
+                "Illegal instruction",
+                Level::Unknown,
+            ),
             (
                 "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB```",
                 "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB",

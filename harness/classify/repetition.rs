@@ -707,7 +707,9 @@ mod tests {
     fn a_generation_of_escaped_newlines_is_a_loop() {
         let nl = "\\n".repeat(40);
         for line in [
-            format!(r#"{{"task_id": "HumanEval/94", "completion": "    # Write your code here{nl}"#),
+            format!(
+                r#"{{"task_id": "HumanEval/94", "completion": "    # Write your code here{nl}"#
+            ),
             format!(r#"Output [Text 0 Beam 0]: "{nl}""#),
         ] {
             assert_eq!(repeated_phrase(&line).as_deref(), Some("\\n"), "{line}");
