@@ -79,28 +79,27 @@ fn without_prompt(line: &str) -> std::borrow::Cow<'_, str> {
 /// A message a request holds: the role a user or a system speaks in.
 const ASKED_ROLE: &str = r#"(?i)["']role["']\s*:\s*["'](?:user|system)["']"#;
 
-/// An answer made of exclamation marks only (`Generated text: '!!!!!!...`, `"content":
-/// "!!!!!!"`, a reasoning model's `"reasoning": "!!!!!!"`, unquoted as `model output: !!!!!!`, or
-/// behind a chat template's special token, `"content": "<|channel|>!!!!!!"`): a run after an
-/// output's label, not a prompt (a warm-up of token 0 echoes `prompt: '!!!!...'`) nor a user's
-/// message; a short generation (a smoke test's 8 or 16 tokens) quoted whole needs 8 `!` only
-/// (`Output: "!!!!!!!!"`). `!` is token 0 of GPT-2's byte-level vocabulary and of those built on it (Qwen's
-/// among them), and token 0 is what an argmax returns over logits that are all NaN: a model whose
-/// kernels produce NaN prints `!` until the token limit. One character is no phrase for the loop
-/// check (a rule of `=====` is no generation); a run of `!` after an output's label is. So is a
-/// text that breaks off mid-word into a run of `!` that ends the line, cut short by the one who
-/// copied it (`(Mo!!!!!!...`, 24 or more before the ellipsis) or as long as a token limit makes
-/// it (64 or more): the answer collapsing as it was written. A line that cheers (`Training
-/// finished!!!!!!!!!!!!!!!!!!!!!!!!!!`) has a run as long as a person types, and no ellipsis.
-/// A label in a language whose words the list above cannot know ends in a colon after a
-/// character outside ASCII, or in a full-width colon: a run of 16 or more there that ends the
-/// line is the answer too (`推理图片，返回: !!!!!!`, "inferring an image returns:";
-/// `循环输出感叹号：!!!!!!`). An ASCII word before a colon is as often a host's or a logger's
-/// prefix (`worker-1: `, pdsh's, before the `!` banner PyTorch's extension builder prints) or a
-/// note's (`NOTE:`); a tool's banner of `!` stands alone.
-/// Vocabularies whose token 0 is a control character print it escaped in JSON: a run of
-/// `\u0000` after an output's label is the same failure. Returns the token repeated: `!`, or
-/// `NUL` for a run of `\u0000`.
+/// An answer made of exclamation marks only (`Generated text: '!!!!!!...`, `"content": "!!!!!!"`, a
+/// reasoning model's `"reasoning": "!!!!!!"`, unquoted as `model output: !!!!!!`, or behind a chat
+/// template's special token, `"content": "<|channel|>!!!!!!"`): a run after an output's label, not
+/// a prompt (a warm-up of token 0 echoes `prompt: '!!!!...'`) nor a user's message; a short
+/// generation (a smoke test's 8 or 16 tokens) quoted whole needs 8 `!` only (`Output: "!!!!!!!!"`).
+/// `!` is token 0 of GPT-2's byte-level vocabulary and of those built on it (Qwen's among them),
+/// and token 0 is what an argmax returns over logits that are all NaN: a model whose kernels
+/// produce NaN prints `!` until the token limit. One character is no phrase for the loop check (a
+/// rule of `=====` is no generation); a run of `!` after an output's label is. So is a text that
+/// breaks off mid-word into a run of `!` that ends the line, cut short by the one who copied it
+/// (`(Mo!!!!!!...`, 24 or more before the ellipsis) or as long as a token limit makes it (64 or
+/// more): the answer collapsing as it was written. A line that cheers (`Training
+/// finished!!!!!!!!!!!!!!!!!!!!!!!!!!`) has a run as long as a person types, and no ellipsis. A
+/// label in a language whose words the list above cannot know ends in a colon after a character
+/// outside ASCII, or in a full-width colon: a run of 16 or more there that ends the line is the
+/// answer too (`推理图片，返回: !!!!!!`, "inferring an image returns:"; `循环输出感叹号：!!!!!!`). An ASCII word
+/// before a colon is as often a host's or a logger's prefix (`worker-1: `, pdsh's, before the `!`
+/// banner PyTorch's extension builder prints) or a note's (`NOTE:`); a tool's banner of `!` stands
+/// alone. Vocabularies whose token 0 is a control character print it escaped in JSON: a run of
+/// `\u0000` after an output's label is the same failure. Returns the token repeated: `!`, or `NUL`
+/// for a run of `\u0000`.
 pub(crate) fn token_zero(line: &str) -> Option<&'static str> {
     static RUN: LazyLock<Option<Regex>> = LazyLock::new(|| {
         Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer|reasoning(?:_content)?)["']?\s*[:=]\s*["']?(?:<\|[a-z_]{1,30}\|>)*(?:!{16,}|(?P<nul>(?:\\u0000){16,}))(?:["']|\s|$|\.\.\.)|\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer)["']?\s*[:=]\s*["']!{8,15}["']|\p{L}(?:!{24,}(?:\.\.\.|…)|!{64,})["']?\s*$|(?P<label>[^\x00-\x7F]\s*[:：]|：)\s*!{16,}\s*$"#).ok()
