@@ -101,8 +101,23 @@ const ASKED_ROLE: &str = r#"(?i)["']role["']\s*:\s*["'](?:user|system)["']"#;
 /// `\u0000` after an output's label is the same failure. Returns the token repeated: `!`, or `NUL`
 /// for a run of `\u0000`.
 pub(crate) fn token_zero(line: &str) -> Option<&'static str> {
+    // The labels an answer is printed after (a reasoning model's trace has its own, for long runs).
+    macro_rules! answer_label {
+        () => {
+            r"generated[ _]?text|content|text|outputs?|completion|response|answer"
+        };
+    }
     static RUN: LazyLock<Option<Regex>> = LazyLock::new(|| {
-        Regex::new(r#"(?i)\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer|reasoning(?:_content)?)["']?\s*[:=]\s*["']?(?:<\|[a-z_]{1,30}\|>)*(?:!{16,}|(?P<nul>(?:\\u0000){16,}))(?:["']|\s|$|\.\.\.)|\b(?:generated[ _]?text|content|text|outputs?|completion|response|answer)["']?\s*[:=]\s*["']!{8,15}["']|\p{L}(?:!{24,}(?:\.\.\.|…)|!{64,})["']?\s*$|(?P<label>[^\x00-\x7F]\s*[:：]|：)\s*!{16,}\s*$"#).ok()
+        Regex::new(concat!(
+            r#"(?i)\b(?:"#,
+            answer_label!(),
+            r#"|reasoning(?:_content)?)["']?\s*[:=]\s*["']?(?:<\|[a-z_]{1,30}\|>)*(?:!{16,}|(?P<nul>(?:\\u0000){16,}))(?:["']|\s|$|\.\.\.)"#,
+            r#"|\b(?:"#,
+            answer_label!(),
+            r#")["']?\s*[:=]\s*["']!{8,15}["']"#,
+            r#"|\p{L}(?:!{24,}(?:\.\.\.|…)|!{64,})["']?\s*$|(?P<label>[^\x00-\x7F]\s*[:：]|：)\s*!{16,}\s*$"#
+        ))
+        .ok()
     });
     static ASKED: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(ASKED_ROLE).ok());
     static PROMPT: LazyLock<Option<Regex>> = LazyLock::new(|| {

@@ -50,40 +50,27 @@ pub(crate) fn mixed_scripts(line: &str) -> Option<Vec<&'static str>> {
 
 /// `word` holds runs of two letters or more of two writing systems that are not Latin. Korean
 /// counts as Han here: it glues its Hanja glosses to Hangul (`대한민국(大韓民國)`); a single Greek
-/// letter in Chinese or Japanese text is a symbol (`α角`, `β版`), not a word.
+/// letter in Chinese or Japanese text is a symbol (`α角`, `β版`), not a word. A capitalised word of
+/// a cased script is a name or a quoted word (`Привет是最常用的问候语`: Chinese puts no space around
+/// it); soup's fragments are cut out of words (`февра雄`).
 fn glues_non_latin(word: &str) -> bool {
-    let mut long_runs: Vec<Script> = Vec::new();
-    // The run of one writing system being read: its system, its letters, and whether it is a
-    // capitalised word so far (an upper-case letter, then lower-case ones).
-    let mut run: Option<(Script, usize, bool)> = None;
-    for c in word.chars().chain(std::iter::once(' ')) {
-        let script = c.is_alphabetic().then(|| match writing_system(c) {
+    let system = |c: char| {
+        c.is_alphabetic().then(|| match writing_system(c) {
             Script::Hangul => Script::Han,
             other => other,
-        });
-        match (run, script) {
-            (Some((current, n, named)), Some(next)) if current == next => {
-                run = Some((current, n + 1, named && c.is_lowercase()));
-            }
-            _ => {
-                if let Some((done, n, named)) = run {
-                    // A capitalised word of a cased script is a name or a quoted word
-                    // (`Привет是最常用的问候语`: Chinese puts no space around it); soup's
-                    // fragments are cut out of words (`февра雄`).
-                    let quoted = named && n >= MIN_LETTERS;
-                    if n >= MIN_LETTERS
-                        && done != Script::Latin
-                        && !quoted
-                        && !long_runs.contains(&done)
-                    {
-                        long_runs.push(done);
-                    }
-                }
-                run = script.map(|next| (next, 1, c.is_uppercase()));
-            }
+        })
+    };
+    let mut systems: Vec<Script> = Vec::new();
+    for run in letter_runs(word, system) {
+        if run.letters >= MIN_LETTERS
+            && run.script != Script::Latin
+            && !run.capitalised
+            && !systems.contains(&run.script)
+        {
+            systems.push(run.script);
         }
     }
-    long_runs.len() >= 2
+    systems.len() >= 2
 }
 
 /// `word` holds a run of two letters or more of one cased alphabet (Latin, Cyrillic, Greek) right
@@ -95,29 +82,46 @@ fn glues_alphabets(word: &str) -> bool {
         (c.is_alphabetic() && matches!(script, Script::Latin | Script::Cyrillic | Script::Greek))
             .then_some(script)
     };
-    // The run before the current one, if the current one touches it, and the current one.
-    let mut before: Option<(Script, usize)> = None;
-    let mut run: Option<(Script, usize)> = None;
+    letter_runs(word, alphabet).windows(2).any(|pair| {
+        pair[1].touches && pair[0].letters >= MIN_LETTERS && pair[1].letters >= MIN_LETTERS
+    })
+}
+
+/// A stretch of letters of one writing system inside a word.
+struct Run {
+    script: Script,
+    letters: usize,
+    /// An upper-case letter, then lower-case ones only.
+    capitalised: bool,
+    /// The run right before it ends at its first letter: no sign between them.
+    touches: bool,
+}
+
+/// The runs of `word`'s letters, each letter's writing system as `system` says; `None` (no
+/// letter, or one of a system left out) ends a run, and the next run does not touch it.
+fn letter_runs(word: &str, system: impl Fn(char) -> Option<Script>) -> Vec<Run> {
+    let mut runs: Vec<Run> = Vec::new();
+    let mut in_run = false;
     for c in word.chars() {
-        match (run, alphabet(c)) {
-            (Some((current, n)), Some(next)) if current == next => run = Some((current, n + 1)),
-            (Some(done), Some(next)) => {
-                before = Some(done);
-                run = Some((next, 1));
+        let Some(script) = system(c) else {
+            in_run = false;
+            continue;
+        };
+        match runs.last_mut() {
+            Some(run) if in_run && run.script == script => {
+                run.letters += 1;
+                run.capitalised &= c.is_lowercase();
             }
-            (None, Some(next)) => run = Some((next, 1)),
-            (_, None) => {
-                before = None;
-                run = None;
-            }
+            _ => runs.push(Run {
+                script,
+                letters: 1,
+                capitalised: c.is_uppercase(),
+                touches: in_run,
+            }),
         }
-        if let (Some((_, a)), Some((_, b))) = (before, run) {
-            if a >= MIN_LETTERS && b >= MIN_LETTERS {
-                return true;
-            }
-        }
+        in_run = true;
     }
-    false
+    runs
 }
 
 /// `line` with its Greek letters taken out where none of them forms a word of three letters:
