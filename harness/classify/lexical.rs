@@ -11,11 +11,13 @@
 //! wrong name costs more than `unknown`. The harness's own evidence (the server's answer, a failed
 //! answer check) outranks it.
 //!
-//! Words are runs of ASCII letters and `_` of three or more, lower-cased; a hex literal is the
+//! Words are runs of ASCII letters and `_` of three or more, lower-cased, read from each line as
+//! the rules see it (the prefixes of whatever delivered the log stripped); a hex literal is the
 //! word `hexnum`; digits and every other character separate words. The same function reads the
 //! words for training (`gpucompat classify --lexical-words`) and for a verdict, so the two cannot
 //! drift apart.
 
+use super::line::{self, Level};
 use crate::signature::Signature;
 use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
@@ -35,15 +37,33 @@ pub(crate) type Words = BTreeMap<String, u32>;
 
 /// Counts the words of `lines`. The harness's own notes (`[gpucompat] ...`) say what it saw, not
 /// what the cell printed: they are left out as the rules leave them out.
+///
+/// Each line is read as the rules read it, its writer's prefixes stripped (a compose service's
+/// name, a Ray worker's pid, a timestamp, a rank): what delivered a log is not what it says, and a
+/// prefix on every line would otherwise outweigh the words that say what failed. The level a
+/// prefix gave is kept as its one word (`error`, `warning`, `info`, `debug`).
 pub(crate) fn words<S: AsRef<str>>(lines: &[S]) -> Words {
     let mut out = Words::new();
     let notes = crate::exec::logsink::NOTE_PREFIX;
     for line in lines.iter().filter(|l| !l.as_ref().starts_with(notes)) {
-        for word in split_words(line.as_ref()) {
+        let cleaned = line::clean(line.as_ref().as_bytes());
+        let level = level_word(cleaned.level).map(str::to_owned);
+        for word in split_words(&cleaned.text).into_iter().chain(level) {
             *out.entry(word).or_insert(0) += 1;
         }
     }
     out
+}
+
+/// The word a line's level counts as, the word the prefix itself mostly spells.
+fn level_word(level: Level) -> Option<&'static str> {
+    match level {
+        Level::Unknown => None,
+        Level::Error => Some("error"),
+        Level::Warning => Some("warning"),
+        Level::Info => Some("info"),
+        Level::Debug => Some("debug"),
+    }
 }
 
 fn split_words(line: &str) -> Vec<String> {
@@ -328,6 +348,35 @@ mod tests {
         let counted = words(&["显存不足out of memory12GiB ok 0x 0xg"]);
         let got: Vec<&str> = counted.keys().map(String::as_str).collect();
         assert_eq!(got, ["gib", "memory", "out"]);
+    }
+
+    #[test]
+    fn what_delivered_a_line_adds_no_words() {
+        let bare = words(&[
+            "ERROR 02-21 06:30:25 [core.py:291] RuntimeError: CUDA out of memory",
+            "Generated text: '!!!!!!!!'",
+        ]);
+        for wrapped in [
+            [
+                "vllm-1  | ERROR 02-21 06:30:25 [core.py:291] RuntimeError: CUDA out of memory",
+                "vllm-1  | Generated text: '!!!!!!!!'",
+            ],
+            [
+                "(RayWorkerWrapper pid=1234, ip=10.0.0.1) ERROR 02-21 06:30:25 [core.py:291] RuntimeError: CUDA out of memory",
+                "(RayWorkerWrapper pid=1234, ip=10.0.0.1) Generated text: '!!!!!!!!'",
+            ],
+            [
+                "2025-03-01T12:00:00.123456789Z ERROR 02-21 06:30:25 [core.py:291] RuntimeError: CUDA out of memory",
+                "2025-03-01T12:00:01.123456789Z Generated text: '!!!!!!!!'",
+            ],
+        ] {
+            assert_eq!(words(&wrapped), bare, "{wrapped:?}");
+        }
+        let got: Vec<&str> = bare.keys().map(String::as_str).collect();
+        assert_eq!(
+            got,
+            ["cuda", "error", "generated", "memory", "out", "runtimeerror", "text"]
+        );
     }
 
     const TINY: &str = "\
