@@ -134,6 +134,16 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^>(?:[ \t]|$)",
     // srun --label: `0: `.
     r"^\d{1,4}:\s+",
+    // pdsh, which DeepSpeed's multi-node launcher runs, names each line's host as the hostfile
+    // does: an address (`10.0.87.143: `), a numbered node (`worker-1: `, `node2: `), an EC2 name
+    // (`ip-10-0-87-143: `). A name of any other shape is left alone: `RuntimeError: ` has the same
+    // shape as a host's name.
+    r"^(?:\d{1,3}(?:\.\d{1,3}){3}|(?:worker|node|host|gpu|compute)[-_]?\d+|ip(?:-\d{1,3}){4}):\s",
+    // What a container runtime writes to the node's log files (`/var/log/pods`, CRI): after the
+    // timestamp, the stream and whether the line is full or partial, `stderr F `.
+    r"^std(?:out|err) [FP] ",
+    // `kubectl logs --prefix`: `[pod/vllm-0/vllm] `.
+    r"^\[pod/[\w.-]+/[\w.-]+\]\s*",
     r"^\s+",
 ];
 
@@ -444,8 +454,9 @@ pub(crate) fn display(raw: &[u8]) -> String {
 }
 
 /// `text` without its ANSI escape sequences: CSI (`ESC [` parameters, then a final byte in
-/// `@`..`~`), OSC (`ESC ]` up to BEL or `ESC \`), and any other escape with the character after
-/// it. Every other character is left for the caller to judge (the classifier turns controls into
+/// `@`..`~`), the string sequences OSC, APC, DCS, PM and SOS (`ESC ]`, `ESC _`, `ESC P`, `ESC ^`,
+/// `ESC X`, each up to BEL or `ESC \`: a terminal hyperlink, Buildkite's per-line timestamp
+/// `ESC _bk;t=1711111111111 BEL`), and any other escape with the character after it. Every other character is left for the caller to judge (the classifier turns controls into
 /// spaces; a report shows them). The one ANSI stripper of the harness.
 pub(crate) fn strip_ansi(text: &str) -> Cow<'_, str> {
     if !text.contains('\u{1b}') {
@@ -466,7 +477,7 @@ pub(crate) fn strip_ansi(text: &str) -> Cow<'_, str> {
                     }
                 }
             }
-            Some(']') => {
+            Some(']' | '_' | 'P' | '^' | 'X') => {
                 while let Some(c) = chars.next() {
                     if c == '\u{7}' {
                         break;
@@ -715,6 +726,32 @@ mod tests {
                 "0: [rank0]: RuntimeError: y",
                 "RuntimeError: y",
                 Level::Unknown,
+            ),
+            (
+                "10.0.87.143: 10.0.87.143: RuntimeError: y",
+                "RuntimeError: y",
+                Level::Unknown,
+            ),
+            (
+                "worker-1: [rank9]: torch.OutOfMemoryError: y",
+                "torch.OutOfMemoryError: y",
+                Level::Unknown,
+            ),
+            ("RuntimeError: y", "RuntimeError: y", Level::Unknown),
+            (
+                "2025-03-01T12:00:00.123456789Z stderr F ERROR 03-01 12:00:00 [core.py:1] boom",
+                "boom",
+                Level::Error,
+            ),
+            (
+                "[pod/vllm-0/vllm] (EngineCore_DP0 pid=270) ValueError: x",
+                "ValueError: x",
+                Level::Unknown,
+            ),
+            (
+                "\u{1b}_bk;t=1711111111111\u{7}ERROR: No matching distribution found for vllm==9",
+                "No matching distribution found for vllm==9",
+                Level::Error,
             ),
         ];
         for (raw, want, level) in cases {
