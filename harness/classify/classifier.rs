@@ -22,7 +22,7 @@ use super::explain::{self, Clue, ClueKind, DecidedBy};
 use super::fingerprint::fingerprint;
 use super::frames::py_spy_frames;
 use super::lexical::{self, Model, Words};
-use super::line::{Cleaned, Level, clean};
+use super::line::{Cleaned, Level, clean, delivered};
 use super::repetition::{
     asked_in_object, repeated_lines, repeated_phrase, repeated_sentences, token_zero,
     token_zero_below_label,
@@ -693,7 +693,11 @@ fn looping_lines(text: &[String], cleaned: &[Cleaned]) -> Option<(usize, (String
         .iter()
         .zip(cleaned)
         .map(|(raw, line)| {
-            let as_written = line.level == Level::Unknown && line.text.trim() == raw.trim();
+            // What a process printed as it printed it: no logger's level or clock before it (a
+            // record repeated is a log, not a loop), whatever delivered the log (a CI's clock, a
+            // compose service's name, a rank).
+            let as_written =
+                line.level == Level::Unknown && line.text.trim() == delivered(raw).trim();
             as_written.then(|| line.text.clone())
         })
         .collect();

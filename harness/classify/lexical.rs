@@ -375,7 +375,15 @@ mod tests {
         let got: Vec<&str> = bare.keys().map(String::as_str).collect();
         assert_eq!(
             got,
-            ["cuda", "error", "generated", "memory", "out", "runtimeerror", "text"]
+            [
+                "cuda",
+                "error",
+                "generated",
+                "memory",
+                "out",
+                "runtimeerror",
+                "text"
+            ]
         );
     }
 

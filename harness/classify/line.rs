@@ -57,6 +57,51 @@ pub(crate) struct Cleaned {
     pub(crate) level: Level,
 }
 
+// The prefixes of what delivered a log rather than wrote it (a CI's or container runtime's clock, a
+// relay of a worker's output, a launcher's rank or host, a quote): the text after them is what the
+// process printed, as it printed it. Commented where they stand in `PREFIX_PATTERNS`.
+const TEAMCITY: &str = r"^\[\d\d:\d\d:\d\d\](?:[iWEF]?:| :)?\s*\[Step \d+/\d+\]\s*";
+const SYSLOG: &str = r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d\s+[\w.-]+\s+[\w./@-]+(?:\[\d+\])?:\s*";
+const PROCESS: &str = r"^\((?:[^()]*\b(?:pid|ip)=[^()]*|raylet|gcs_server|autoscaler|dashboard(?:_agent)?|monitor)\)\s*";
+const TORCHRUN: &str = r"^\[(?:rank|default)\d+\]:\s*";
+const MPIRUN: &str = r"^\[\d+,\d+\]<std(?:out|err)>:\s*";
+const ACTIONS_GROUP: &str = r"^##\[(?:group|endgroup)\]\s*";
+const COMPOSE: &str = r"^\w[\w.-]*\s+\|\s?";
+const CLOUD_LOGGING: &str = r"^\[resource\.labels\.[\w.]+: [^\]]*\]\s*";
+const BUILDKIT: &str = r"^#\d+ \d+\.\d+(?: |$)";
+const QUOTE: &str = r"^>(?:[ \t]|$)";
+const SRUN: &str = r"^\d{1,4}:\s+";
+const PDSH: &str =
+    r"^(?:\d{1,3}(?:\.\d{1,3}){3}|(?:worker|node|host|gpu|compute)[-_]?\d+|ip(?:-\d{1,3}){4}):\s";
+const CRI: &str = r"^std(?:out|err) [FP] ";
+const KUBECTL: &str = r"^\[pod/[\w.-]+/[\w.-]+\]\s*";
+const INDENT: &str = r"^\s+";
+// A delivery's RFC 3339 clock (GitHub Actions, `kubectl logs --timestamps`, Jenkins' timestamper,
+// a container runtime's file): the date and time joined by `T`, and a zone. A logger's own clock
+// (`2024-01-01 12:00:00,123`, sglang's `[2025-03-09 00:57:15 TP0]`) is part of what it wrote.
+const DELIVERY_CLOCK: &str =
+    r"^\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\]?\s";
+
+/// What a delivery puts before each line (see above), stripped to find the text a process printed.
+const DELIVERY_PATTERNS: &[&str] = &[
+    DELIVERY_CLOCK,
+    TEAMCITY,
+    SYSLOG,
+    PROCESS,
+    TORCHRUN,
+    MPIRUN,
+    ACTIONS_GROUP,
+    COMPOSE,
+    CLOUD_LOGGING,
+    BUILDKIT,
+    QUOTE,
+    SRUN,
+    PDSH,
+    CRI,
+    KUBECTL,
+    INDENT,
+];
+
 /// Prefixes stripped from the start of a line, tried in order until none applies. Capture group 1,
 /// when present, is a log level.
 const PREFIX_PATTERNS: &[&str] = &[
@@ -68,11 +113,11 @@ const PREFIX_PATTERNS: &[&str] = &[
     // web view shows it; a downloaded log marks every line, `[10:08:19] :\t [Step 1/1] ` for plain
     // output, `W:` for stderr, `i:` for TeamCity's own messages). The mark stays no level: TeamCity
     // marks a traceback on stderr `W:`.
-    r"^\[\d\d:\d\d:\d\d\](?:[iWEF]?:| :)?\s*\[Step \d+/\d+\]\s*",
+    TEAMCITY,
     // `2023/10/26 12:12:06 ` (Go, glog-style collectors).
     r"^\d{4}/\d\d/\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s+",
     // syslog/journald: `Oct 04 13:19:39 host unit[394]: `.
-    r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d\s+[\w.-]+\s+[\w./@-]+(?:\[\d+\])?:\s*",
+    SYSLOG,
     // TensorRT-LLM: `[02/05/2026-06:58:48] `, `[TRT-LLM] [E] `, `[TensorRT-LLM][ERROR] `.
     r"^\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]\s*",
     r"^\[TRT-LLM\]\s*(?:\[RANK \d+\]\s*)?\[([EWIVD])\]\s*",
@@ -82,10 +127,10 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^\[TensorRT-LLM\]\s*",
     // Ray and vLLM/sglang process prefixes: `(RayWorkerWrapper pid=4009, ip=10.0.0.1) `,
     // `(EngineCore_DP0 pid=150) `, `(VllmWorker rank=0 pid=265) `, `(raylet) `.
-    r"^\((?:[^()]*\b(?:pid|ip)=[^()]*|raylet|gcs_server|autoscaler|dashboard(?:_agent)?|monitor)\)\s*",
+    PROCESS,
     // torchrun: `[rank3]:`, `[default0]:`; mpirun: `[1,0]<stderr>:`.
-    r"^\[(?:rank|default)\d+\]:\s*",
-    r"^\[\d+,\d+\]<std(?:out|err)>:\s*",
+    TORCHRUN,
+    MPIRUN,
     // vLLM: `ERROR 02-21 06:30:25 core.py:291] `, `INFO 05-28 14:44:28 [shm_broadcast.py:681] `.
     r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+(?:\[[^\]]*\]|[\w./-]+:\d+\])\s?",
     // glog / c10: `[E822 16:31:16.131931664 ProcessGroupNCCL.cpp:632] `, `W1209 02:28:15.28 12 x.cc:1] `.
@@ -101,7 +146,7 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^NCCL (?:(INFO)|WARN)\s+",
     // GitHub Actions annotations, dmesg.
     r"^##\[(error|warning|notice|debug)\]\s*",
-    r"^##\[(?:group|endgroup)\]\s*",
+    ACTIONS_GROUP,
     r"^\[\s*\d+\.\d+\]\s*",
     // Python logging formats: `name 3118895 ERROR    `, `name - ERROR - `, loguru `| ERROR | stderr | `.
     r"^[\w.]+\s+\d+\s+(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+",
@@ -119,32 +164,32 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^(E)\s{2,}",
     r"^(Warning):\s*",
     // docker compose: `vllm-1  | `.
-    r"^\w[\w.-]*\s+\|\s?",
+    COMPOSE,
     // Google Cloud Logging's text export names the container after the entry's own severity and
     // time (`INFO 2025-11-19T20:16:36.09Z [resource.labels.containerName: vllm] `, GKE): the
     // severity is the collector's, the level the engine wrote follows.
-    r"^\[resource\.labels\.[\w.]+: [^\]]*\]\s*",
+    CLOUD_LOGGING,
     // Docker BuildKit's plain progress (`docker build --progress=plain`, what CI logs keep): the
     // step and the seconds since it began, `#10 1380.2 `. A gdb frame (`#1  0x7f.. in`) has no
     // decimal seconds.
-    r"^#\d+ \d+\.\d+(?: |$)",
+    BUILDKIT,
     // rich console boxes: `│ ERROR 09-27 ... │`.
     r"^[│┃║]\s*",
     // A markdown quote, as issue threads paste logs (`> Traceback ...`); not Python's `>>>`.
-    r"^>(?:[ \t]|$)",
+    QUOTE,
     // srun --label: `0: `.
-    r"^\d{1,4}:\s+",
+    SRUN,
     // pdsh, which DeepSpeed's multi-node launcher runs, names each line's host as the hostfile
     // does: an address (`10.0.87.143: `), a numbered node (`worker-1: `, `node2: `), an EC2 name
     // (`ip-10-0-87-143: `). A name of any other shape is left alone: `RuntimeError: ` has the same
     // shape as a host's name.
-    r"^(?:\d{1,3}(?:\.\d{1,3}){3}|(?:worker|node|host|gpu|compute)[-_]?\d+|ip(?:-\d{1,3}){4}):\s",
+    PDSH,
     // What a container runtime writes to the node's log files (`/var/log/pods`, CRI): after the
     // timestamp, the stream and whether the line is full or partial, `stderr F `.
-    r"^std(?:out|err) [FP] ",
+    CRI,
     // `kubectl logs --prefix`: `[pod/vllm-0/vllm] `.
-    r"^\[pod/[\w.-]+/[\w.-]+\]\s*",
-    r"^\s+",
+    KUBECTL,
+    INDENT,
 ];
 
 /// The prefixes compiled: a set that says which apply (one pass), and each one for its length and
@@ -164,6 +209,34 @@ static PREFIXES: LazyLock<Option<Prefixes>> = LazyLock::new(|| {
             .ok()?,
     })
 });
+
+/// `DELIVERY_PATTERNS` compiled; `None` only if one failed to compile, which a unit test rules out.
+static DELIVERY: LazyLock<Option<Vec<Regex>>> = LazyLock::new(|| {
+    DELIVERY_PATTERNS
+        .iter()
+        .map(|p| Regex::new(p))
+        .collect::<Result<_, _>>()
+        .ok()
+});
+
+/// A visible line without what delivered it (see `DELIVERY_PATTERNS`): the text the process
+/// printed, its own prefixes (a logger's level and clock) kept.
+pub(crate) fn delivered(text: &str) -> &str {
+    let Some(patterns) = DELIVERY.as_ref() else {
+        return text;
+    };
+    let mut rest = text;
+    for _ in 0..16 {
+        let Some(end) = patterns
+            .iter()
+            .find_map(|re| re.find(rest).map(|m| m.end()).filter(|&end| end > 0))
+        else {
+            break;
+        };
+        rest = &rest[end..];
+    }
+    rest
+}
 
 /// Python's `warnings` module: `/path/x.py:209: UserWarning: ...`.
 static PY_WARNING: LazyLock<Option<Regex>> =
@@ -349,32 +422,12 @@ pub(crate) fn clean(raw: &[u8]) -> Cleaned {
         text = message;
         level = record_level;
     }
-    if let Some(prefixes) = PREFIXES.as_ref() {
-        for _ in 0..16 {
-            // The first pattern in list order that applies (the set says which, in one pass).
-            let Some(index) = prefixes.set.matches(&text).iter().next() else {
-                break;
-            };
-            let re = &prefixes.each[index];
-            let end = if re.captures_len() > 1 {
-                let Some(caps) = re.captures(&text) else {
-                    break;
-                };
-                if let Some(word) = caps.get(1) {
-                    let found = Level::from_word(word.as_str());
-                    if found != Level::Unknown {
-                        level = found;
-                    }
-                }
-                caps.get(0).map_or(0, |m| m.end())
-            } else {
-                re.find(&text).map_or(0, |m| m.end())
-            };
-            if end == 0 {
-                break;
-            }
-            text.drain(..end);
-        }
+    strip_prefixes(&mut text, &mut level);
+    // A code span behind a delivery prefix: a report quoting a log line in backticks, then quoted
+    // with `> ` or relayed by a wrapper of its own.
+    if let Some(inner) = inline_code(&text) {
+        text = inner.to_owned();
+        strip_prefixes(&mut text, &mut level);
     }
     if level == Level::Unknown && PY_WARNING.as_ref().is_some_and(|re| re.is_match(&text)) {
         level = Level::Warning;
@@ -390,6 +443,39 @@ pub(crate) fn clean(raw: &[u8]) -> Cleaned {
     let trimmed = text.trim_end().len();
     text.truncate(trimmed);
     Cleaned { text, level }
+}
+
+/// Strips the prefixes of `PREFIX_PATTERNS` from the start of `text`, one at a time, keeping in
+/// `level` the innermost level a prefix gave.
+fn strip_prefixes(text: &mut String, level: &mut Level) {
+    let Some(prefixes) = PREFIXES.as_ref() else {
+        return;
+    };
+    for _ in 0..16 {
+        // The first pattern in list order that applies (the set says which, in one pass).
+        let Some(index) = prefixes.set.matches(text).iter().next() else {
+            break;
+        };
+        let re = &prefixes.each[index];
+        let end = if re.captures_len() > 1 {
+            let Some(caps) = re.captures(text) else {
+                break;
+            };
+            if let Some(word) = caps.get(1) {
+                let found = Level::from_word(word.as_str());
+                if found != Level::Unknown {
+                    *level = found;
+                }
+            }
+            caps.get(0).map_or(0, |m| m.end())
+        } else {
+            re.find(text).map_or(0, |m| m.end())
+        };
+        if end == 0 {
+            break;
+        }
+        text.drain(..end);
+    }
 }
 
 /// Whether a cleaned line is source code quoted by a traceback (`File "..."`, `raise X(...)`,
@@ -566,7 +652,8 @@ mod tests {
         let prefixes = PREFIXES.as_ref().expect("prefix patterns compile");
         assert_eq!(prefixes.each.len(), PREFIX_PATTERNS.len());
         assert!(
-            PY_WARNING.is_some()
+            DELIVERY.is_some()
+                && PY_WARNING.is_some()
                 && SUFFIX.is_some()
                 && ANSI_RESIDUE.is_some()
                 && LEADING_RESIDUE.is_some()
@@ -739,6 +826,16 @@ mod tests {
             ),
             ("RuntimeError: y", "RuntimeError: y", Level::Unknown),
             (
+                "> `RuntimeError: CUDA error: an illegal memory access was encountered`",
+                "RuntimeError: CUDA error: an illegal memory access was encountered",
+                Level::Unknown,
+            ),
+            (
+                "vllm-1  | `ERROR 02-21 06:30:25 [core.py:291] ValueError: x`",
+                "ValueError: x",
+                Level::Error,
+            ),
+            (
                 "2025-03-01T12:00:00.123456789Z stderr F ERROR 03-01 12:00:00 [core.py:1] boom",
                 "boom",
                 Level::Error,
@@ -758,6 +855,30 @@ mod tests {
             let got = clean(raw.as_bytes());
             assert_eq!(got.text, want, "{raw}");
             assert_eq!(got.level, level, "{raw}");
+        }
+    }
+
+    #[test]
+    fn delivered_strips_what_carried_a_line_and_keeps_what_wrote_it() {
+        let cases = [
+            ("vllm-1  | Wait, I'll output it.", "Wait, I'll output it."),
+            (
+                "2025-03-01T12:00:00.1234567Z worker-1: [rank3]: Wait",
+                "Wait",
+            ),
+            ("> (RayWorkerWrapper pid=1, ip=10.0.0.1) Wait", "Wait"),
+            (
+                "2024-01-01 12:00:00,123 - vllm - INFO - Wait",
+                "2024-01-01 12:00:00,123 - vllm - INFO - Wait",
+            ),
+            (
+                "[2025-03-09 00:57:15 TP0] Decode batch",
+                "[2025-03-09 00:57:15 TP0] Decode batch",
+            ),
+            ("RuntimeError: y", "RuntimeError: y"),
+        ];
+        for (line, want) in cases {
+            assert_eq!(delivered(line), want, "{line}");
         }
     }
 

@@ -31,3 +31,4 @@ mod run;
 mod schedule;
 mod slurm;
 mod workflows;
+mod wrapped;
