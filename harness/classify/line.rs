@@ -108,7 +108,9 @@ const PREFIX_PATTERNS: &[&str] = &[
     // Ray's C++ logger: `[2024-07-25 10:46:00,050 E 24036 24036] logging.cc:440: `.
     r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ([EWIFD]) \d+ \d+\]\s*(?:[\w.-]+:\d+:\s*)?",
     // ISO timestamps, bare or bracketed with sglang's `TP0`/`DP1 TP3` suffixes, GitHub Actions'.
-    r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+[A-Z]{1,4}\d+)*\]?:?\s*",
+    // The suffixes only inside the brackets: a CI's clock before a glog line (`...Z I0322 18:38:41
+    // x.py:895] `) leaves the glog prefix, and its level, to the next pattern.
+    r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:(?:\s+[A-Z]{1,4}\d+)+\])?\]?:?\s*",
     // TeamCity's build log: the time of day and the build step (`[10:08:19] [Step 1/1] ` as the
     // web view shows it; a downloaded log marks every line, `[10:08:19] :\t [Step 1/1] ` for plain
     // output, `W:` for stderr, `i:` for TeamCity's own messages). The mark stays no level: TeamCity
@@ -727,6 +729,11 @@ mod tests {
                 "2026-02-13T15:56:24.8388014Z AssertionError: Tensor-likes are not close!",
                 "AssertionError: Tensor-likes are not close!",
                 Level::Unknown,
+            ),
+            (
+                "2025-03-01T12:00:02.0000062Z I0322 18:38:41.512128 140431339419456 xla_bridge.py:895] Unable to initialize backend 'rocm'",
+                "Unable to initialize backend 'rocm'",
+                Level::Info,
             ),
             (
                 "[2025-03-09 00:57:15 DP0 TP4] Watchdog timeout (self.watchdog_timeout=300)",
