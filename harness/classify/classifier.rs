@@ -247,17 +247,14 @@ impl Classifier {
                 .is_some_and(|rule| rule.kind == Kind::Background)
     }
 
-    fn resolve(&self, found: Findings, evidence: &Evidence) -> Classification {
-        // The model reads the same last lines the tail checks read; counting their words is cheap
-        // next to the scan.
-        let words = self
-            .lexical
-            .as_ref()
-            .map(|model| (model, lexical::words(&found.tail_text)));
+    fn resolve(&self, mut found: Findings, evidence: &Evidence) -> Classification {
+        // The model reads the same last lines the tail checks read, each cleaned as the rules
+        // read it: only for a verdict left open to it, not for every log the rules named.
+        let tail_text = std::mem::take(&mut found.tail_text);
         let tail = found.tail.clone();
-        let mut out = self.decide(found, evidence);
-        if let Some((model, words)) = words.filter(|_| self.open_to_lexical(&out)) {
-            guess(&mut out, model, &words, &tail);
+        let mut out = self.decide(found, &tail_text, evidence);
+        if let Some(model) = self.lexical.as_ref().filter(|_| self.open_to_lexical(&out)) {
+            guess(&mut out, model, &lexical::words(&tail_text), &tail);
         }
         // How the process ended and what the watchdog said are evidence whatever decided.
         if out.decided_by.is_some() || out.excerpt.is_some() {
@@ -274,7 +271,8 @@ impl Classifier {
         out
     }
 
-    fn decide(&self, found: Findings, evidence: &Evidence) -> Classification {
+    /// `tail_text` is the text of the log's last lines, taken out of `found` by the caller.
+    fn decide(&self, found: Findings, tail_text: &[String], evidence: &Evidence) -> Classification {
         let Findings {
             strong,
             wrapped,
@@ -283,7 +281,7 @@ impl Classifier {
             background,
             hangs,
             tail,
-            tail_text,
+            tail_text: _,
         } = found;
         if let Some(hit) = strong {
             let mut out = self.name_hit(hit, DecidedBy::FatalLine);
@@ -434,7 +432,7 @@ impl Classifier {
         }
         // The checks of the last lines read them cleaned, once.
         let cleaned: Vec<Cleaned> = tail_text.iter().map(|l| clean(l.as_bytes())).collect();
-        if let Some(out) = degenerate_output(&tail, &tail_text, &cleaned) {
+        if let Some(out) = degenerate_output(&tail, tail_text, &cleaned) {
             return out;
         }
         if let Some(out) = stack_only(&tail, &cleaned) {

@@ -544,8 +544,9 @@ pub(crate) fn display(raw: &[u8]) -> String {
 /// `text` without its ANSI escape sequences: CSI (`ESC [` parameters, then a final byte in
 /// `@`..`~`), the string sequences OSC, APC, DCS, PM and SOS (`ESC ]`, `ESC _`, `ESC P`, `ESC ^`,
 /// `ESC X`, each up to BEL or `ESC \`: a terminal hyperlink, Buildkite's per-line timestamp
-/// `ESC _bk;t=1711111111111 BEL`), and any other escape with the character after it. Every other character is left for the caller to judge (the classifier turns controls into
-/// spaces; a report shows them). The one ANSI stripper of the harness.
+/// `ESC _bk;t=1711111111111 BEL`), and any other escape with the character after it. Every other
+/// character is left for the caller to judge (the classifier turns controls into spaces; a report
+/// shows them). The one ANSI stripper of the harness.
 pub(crate) fn strip_ansi(text: &str) -> Cow<'_, str> {
     if !text.contains('\u{1b}') {
         return Cow::Borrowed(text);
