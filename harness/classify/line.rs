@@ -76,6 +76,10 @@ const PDSH: &str =
 const CRI: &str = r"^std(?:out|err) [FP] ";
 const KUBECTL: &str = r"^\[pod/[\w.-]+/[\w.-]+\]\s*";
 const INDENT: &str = r"^\s+";
+// A CI's time of day before each line: Jenkins' Timestamper (`09:26:31 `), and the `ts` a job
+// pipes its output through (`Jul 25 04:11:56 `, PyTorch's CircleCI jobs). After `SYSLOG`, which
+// has a host and a unit after the same clock.
+const TIME_OF_DAY: &str = r"^(?:[A-Z][a-z]{2} [ \d]\d )?\d\d:\d\d:\d\d(?:\.\d+)?\s+";
 // A delivery's RFC 3339 clock (GitHub Actions, `kubectl logs --timestamps`, Jenkins' timestamper,
 // a container runtime's file): the date and time joined by `T`, and a zone. A logger's own clock
 // (`2024-01-01 12:00:00,123`, sglang's `[2025-03-09 00:57:15 TP0]`) is part of what it wrote.
@@ -87,6 +91,7 @@ const DELIVERY_PATTERNS: &[&str] = &[
     DELIVERY_CLOCK,
     TEAMCITY,
     SYSLOG,
+    TIME_OF_DAY,
     PROCESS,
     TORCHRUN,
     MPIRUN,
@@ -120,6 +125,7 @@ const PREFIX_PATTERNS: &[&str] = &[
     r"^\d{4}/\d\d/\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s+",
     // syslog/journald: `Oct 04 13:19:39 host unit[394]: `.
     SYSLOG,
+    TIME_OF_DAY,
     // TensorRT-LLM: `[02/05/2026-06:58:48] `, `[TRT-LLM] [E] `, `[TensorRT-LLM][ERROR] `.
     r"^\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]\s*",
     r"^\[TRT-LLM\]\s*(?:\[RANK \d+\]\s*)?\[([EWIVD])\]\s*",

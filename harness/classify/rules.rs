@@ -236,7 +236,7 @@ impl Table {
             });
         }
         for spec in &file.rules {
-            compile_one(&spec.id, &spec.pattern)?;
+            check_syntax(&spec.id, &spec.pattern)?;
             let unless = match &spec.unless {
                 Some(p) => Some(compile_one(&spec.id, p)?),
                 None => None,
@@ -309,6 +309,20 @@ pub(crate) fn parse_builtin() -> Result<RulesFile, ClassifyError> {
     })
 }
 
+/// Checks a built-in pattern's syntax and names the rule if it is wrong. Compiling each pattern
+/// on its own, as a matrix file's rules are, would cost a third of the start-up; the set built
+/// from all of them enforces the size limit.
+fn check_syntax(rule: &str, pattern: &str) -> Result<(), ClassifyError> {
+    regex_syntax::Parser::new()
+        .parse(pattern)
+        .map(drop)
+        .map_err(|err| ClassifyError::Pattern {
+            rule: rule.to_owned(),
+            pattern: pattern.to_owned(),
+            source: regex::Error::Syntax(err.to_string()),
+        })
+}
+
 fn compile_one(rule: &str, pattern: &str) -> Result<Regex, ClassifyError> {
     RegexBuilder::new(pattern)
         .size_limit(SIZE_LIMIT)
@@ -323,20 +337,23 @@ fn compile_one(rule: &str, pattern: &str) -> Result<Regex, ClassifyError> {
 /// The prefilter: the trigger words, any case, plus every user pattern. A user pattern that is
 /// anchored (or might be: any `^`, `$`, `\A`, `\z`) refers to the cleaned line, which a raw-line
 /// search cannot see, so then there is no prefilter at all.
-/// `pattern` with every look-around (anchors, word boundaries) replaced by the empty match: it
-/// matches everywhere the original does, and in more places.
+/// `pattern` with every look-around (anchors, word boundaries) replaced by the empty match, every
+/// bounded repetition left unbounded and no capture groups: it matches everywhere the original
+/// does, and in more places. A gap such as `.{0,200}` between two words makes a lazy DFA tell
+/// apart every distance into it, in every combination with the other rules' partial matches,
+/// and building those states was most of the scan's time on lines it had not met before.
 fn relaxed(pattern: &str) -> Result<String, Box<regex_syntax::Error>> {
     fn strip(hir: Hir) -> Hir {
         match hir.into_kind() {
             HirKind::Look(_) => Hir::empty(),
             HirKind::Repetition(mut rep) => {
                 rep.sub = Box::new(strip(*rep.sub));
+                if rep.max.is_some_and(|max| max > rep.min) {
+                    rep.max = None;
+                }
                 Hir::repetition(rep)
             }
-            HirKind::Capture(mut cap) => {
-                cap.sub = Box::new(strip(*cap.sub));
-                Hir::capture(cap)
-            }
+            HirKind::Capture(cap) => strip(*cap.sub),
             HirKind::Concat(subs) => Hir::concat(subs.into_iter().map(strip).collect()),
             HirKind::Alternation(subs) => Hir::alternation(subs.into_iter().map(strip).collect()),
             HirKind::Empty => Hir::empty(),
