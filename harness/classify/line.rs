@@ -61,7 +61,10 @@ pub(crate) struct Cleaned {
 // relay of a worker's output, a launcher's rank or host, a quote): the text after them is what the
 // process printed, as it printed it. Commented where they stand in `PREFIX_PATTERNS`.
 const TEAMCITY: &str = r"^\[\d\d:\d\d:\d\d\](?:[iWEF]?:| :)?\s*\[Step \d+/\d+\]\s*";
-const SYSLOG: &str = r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d\s+[\w.-]+\s+[\w./@-]+(?:\[\d+\])?:\s*";
+// The unit has its pid, but for the kernel's and the audit's lines: a line behind a bare clock
+// (`Jul 25 04:11:56 Illegal instruction: 4`, see `TIME_OF_DAY`) has two words and a colon too.
+const SYSLOG: &str =
+    r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d\s+[\w.-]+\s+(?:[\w./@-]+\[\d+\]|kernel|audit):\s*";
 const PROCESS: &str = r"^\((?:[^()]*\b(?:pid|ip)=[^()]*|raylet|gcs_server|autoscaler|dashboard(?:_agent)?|monitor)\)\s*";
 const TORCHRUN: &str = r"^\[(?:rank|default)\d+\]:\s*";
 const MPIRUN: &str = r"^\[\d+,\d+\]<std(?:out|err)>:\s*";
@@ -718,6 +721,27 @@ mod tests {
                 Level::Error,
             ),
             (
+                "09:26:31 SKIPPED [1] distributed/shuffle/tests/test_shuffle.py:134: could not import 'dask_cudf'",
+                "SKIPPED [1] distributed/shuffle/tests/test_shuffle.py:134: could not import 'dask_cudf'",
+                Level::Info,
+            ),
+            (
+                "Jul 25 04:11:56 C++ exception with description \"CUDA error: x\"",
+                "C++ exception with description \"CUDA error: x\"",
+                Level::Unknown,
+            ),
+            ("Jul  5 04:11:56 ERROR: x", "x", Level::Error),
+            (
+                "Jul 25 04:11:56 Illegal instruction: 4",
+                "Illegal instruction: 4",
+                Level::Unknown,
+            ),
+            (
+                "Feb 24 11:16:32 adl systemd[1]: ollama.service: Failed with result 'oom-kill'.",
+                "ollama.service: Failed with result 'oom-kill'.",
+                Level::Unknown,
+            ),
+            (
                 "\u{1b}[36m(RayWorkerWrapper pid=4009, ip=10.0.0.2)\u{1b}[0m [rank1]:[W ProcessGroupNCCL.cpp:563] careful",
                 "careful",
                 Level::Warning,
@@ -1085,6 +1109,7 @@ mod tests {
     fn pytest_statuses_of_tests_that_did_not_fail_are_quiet() {
         for line in [
             "SKIPPED [1] tests/gpu/test_fp8.py:12: h100 test (requires H100 GPUs)",
+            "09:26:31 SKIPPED [1] distributed/shuffle/tests/test_shuffle.py:134: could not import 'dask_cudf': No module named 'dask_cudf'",
             "tests/kernels/test_xqa.py::test_xqa[512-bf16] SKIPPED (Invalid head_dim: 512) [ 10%]",
             "tests/quant/test_fp8.py::test_fp8_gemm[bf16] XFAIL (Device compute capability 9.x required)",
             "XFAIL tests/test_moe.py::test_sm120 - unsupported on this arch",

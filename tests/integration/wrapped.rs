@@ -81,6 +81,22 @@ const WRAPPERS: &[Wrapper] = &[
         suffix: "",
     },
     Wrapper {
+        name: "Jenkins timestamper, time of day",
+        prefix: |n| {
+            let (m, s, _) = clock(n);
+            format!("12:{m:02}:{s:02} ")
+        },
+        suffix: "",
+    },
+    Wrapper {
+        name: "a job piped through ts",
+        prefix: |n| {
+            let (m, s, _) = clock(n);
+            format!("Jul 25 04:{m:02}:{s:02} ")
+        },
+        suffix: "",
+    },
+    Wrapper {
         name: "Ray worker",
         prefix: |_| "(RayWorkerWrapper pid=1234, ip=10.0.0.1) ".into(),
         suffix: "",
