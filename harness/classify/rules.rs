@@ -339,9 +339,10 @@ fn compile_one(rule: &str, pattern: &str) -> Result<Regex, ClassifyError> {
 /// search cannot see, so then there is no prefilter at all.
 /// `pattern` with every look-around (anchors, word boundaries) replaced by the empty match, every
 /// bounded repetition left unbounded and no capture groups: it matches everywhere the original
-/// does, and in more places. A gap such as `.{0,200}` between two words makes a lazy DFA tell
-/// apart every distance into it, in every combination with the other rules' partial matches,
-/// and building those states was most of the scan's time on lines it had not met before.
+/// does, and in more places. Building lazy-DFA states is most of a scan's time on lines it has not
+/// met before, and a gap such as `.{0,200}` between two words makes the DFA tell apart every
+/// distance into it, in every combination with the other rules' partial matches; capture groups
+/// add states of their own. Without them the automaton is smaller and its states cheaper.
 fn relaxed(pattern: &str) -> Result<String, Box<regex_syntax::Error>> {
     fn strip(hir: Hir) -> Hir {
         match hir.into_kind() {
@@ -659,6 +660,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The raw prefilter's form of a pattern: looser everywhere, never stricter.
+    #[test]
+    fn relaxed_patterns_drop_bounds_groups_and_anchors() {
+        let relaxed = relaxed(r"^error(?:: )?(\w+).{0,3}memory\b").expect("relaxes");
+        assert!(!relaxed.contains('{'), "{relaxed}");
+        let re = regex::bytes::Regex::new(&relaxed).expect("compiles");
+        assert_eq!(re.captures_len(), 1, "only the whole match: {relaxed}");
+        assert!(re.is_match(b"x: error: cuda out of memory"));
+        assert!(re.is_match(b"error: cuda ran on and on and out of memoryless"));
+        assert!(!re.is_match(b"memory error"));
+    }
+
+    /// A built-in pattern that does not parse names its rule.
+    #[test]
+    fn a_bad_built_in_pattern_names_its_rule() {
+        let err = check_syntax("my-rule", "(unclosed").expect_err("bad syntax");
+        assert!(err.to_string().contains("my-rule"), "{err}");
     }
 
     /// `names-nothing` opens a verdict to the lexical model: only a rule that leaves a log
