@@ -334,9 +334,6 @@ fn compile_one(rule: &str, pattern: &str) -> Result<Regex, ClassifyError> {
         })
 }
 
-/// The prefilter: the trigger words, any case, plus every user pattern. A user pattern that is
-/// anchored (or might be: any `^`, `$`, `\A`, `\z`) refers to the cleaned line, which a raw-line
-/// search cannot see, so then there is no prefilter at all.
 /// `pattern` with every look-around (anchors, word boundaries) replaced by the empty match, every
 /// bounded repetition left unbounded and no capture groups: it matches everywhere the original
 /// does, and in more places. Building lazy-DFA states is most of a scan's time on lines it has not
@@ -414,6 +411,9 @@ impl RawSet {
     }
 }
 
+/// The prefilter: the trigger words, any case, plus every user pattern. A user pattern that is
+/// anchored (or might be: any `^`, `$`, `\A`, `\z`) refers to the cleaned line, which a raw-line
+/// search cannot see, so then there is no prefilter at all.
 fn trigger(words: &[String], user: &[UserRule]) -> Result<Option<Trigger>, ClassifyError> {
     if user.iter().any(|r| {
         r.pattern.contains(['^', '$']) || r.pattern.contains("\\A") || r.pattern.contains("\\z")
