@@ -272,13 +272,20 @@ impl Table {
             .map_err(|source| ClassifyError::Set { source })?;
         let trigger = trigger(&file.triggers, user)?;
         let any_code = rules.iter().any(|r| r.code);
-        let raw_all = relaxed_set(patterns.iter())?;
+        // Each pattern relaxed once, for both raw-line sets.
+        // A pattern that cannot be relaxed (a matrix rule's odd syntax) matches every line.
+        let loose: Vec<String> = patterns
+            .iter()
+            .map(|p| relaxed(p).unwrap_or_else(|_| String::from("(?s-u:.)*")))
+            .collect();
+        let raw_all = relaxed_set(&loose)?;
         let raw_any_level = relaxed_set(
-            patterns
+            &loose
                 .iter()
                 .zip(&rules)
                 .filter(|(_, r)| r.any_level)
-                .map(|(p, _)| p),
+                .map(|(p, _)| p.as_str())
+                .collect::<Vec<_>>(),
         )?;
         Ok(Table {
             rules,
@@ -370,11 +377,8 @@ fn relaxed(pattern: &str) -> Result<String, Box<regex_syntax::Error>> {
     Ok(strip(hir).to_string())
 }
 
-fn relaxed_set<'p>(patterns: impl Iterator<Item = &'p String>) -> Result<RawSet, ClassifyError> {
-    // A pattern that cannot be relaxed (a matrix rule's odd syntax) matches every line.
-    let relaxed: Vec<String> = patterns
-        .map(|p| relaxed(p).unwrap_or_else(|_| String::from("(?s-u:.)*")))
-        .collect();
+/// One raw-line set of patterns already relaxed (see [`relaxed`]).
+fn relaxed_set<P: AsRef<str>>(patterns: &[P]) -> Result<RawSet, ClassifyError> {
     let syntax = regex_automata::util::syntax::Config::new()
         .unicode(false)
         .utf8(false);
@@ -385,7 +389,7 @@ fn relaxed_set<'p>(patterns: impl Iterator<Item = &'p String>) -> Result<RawSet,
     meta::Builder::new()
         .syntax(syntax)
         .configure(config)
-        .build_many(&relaxed)
+        .build_many(patterns)
         .map(RawSet)
         .map_err(|err| ClassifyError::Set {
             source: regex::Error::Syntax(err.to_string()),
