@@ -666,6 +666,169 @@ mod tests {
         }
     }
 
+    /// Every way a pattern can match must hold a trigger word, since the scan skips lines
+    /// without one unexamined: a branch that holds none (`Duplicate GPU detected : rank \d+`
+    /// once) fires only where some other word shares its line. A branch is covered when a run
+    /// of literal text it always matches holds a word, or when each of its own branches is
+    /// covered. A branch whose longest literal text is short (`\bSIGTERM\b`, `cudaErrorX = 700`)
+    /// is left to the words around it on purpose: a short word would send many healthy lines
+    /// through the rules.
+    #[test]
+    fn every_branch_of_a_pattern_holds_a_trigger_word() {
+        let file = parse_builtin().expect("rules.toml parses");
+        let words: Vec<Vec<u8>> = file
+            .triggers
+            .iter()
+            .map(|w| w.to_ascii_lowercase().into_bytes())
+            .collect();
+        let mut dead = Vec::new();
+        for rule in &file.rules {
+            let hir = regex_syntax::ParserBuilder::new()
+                .unicode(false)
+                .utf8(false)
+                .build()
+                .parse(&rule.pattern)
+                .unwrap_or_else(|e| panic!("{}: {e}", rule.id));
+            let branches = match hir.kind() {
+                HirKind::Alternation(subs) => subs.clone(),
+                _ => vec![hir],
+            };
+            for (nth, branch) in branches.iter().enumerate() {
+                let word = String::from_utf8_lossy(&longest_text(branch)).into_owned();
+                if word.trim().len() >= SHORT_TEXT && !covered(branch, &words) {
+                    dead.push(format!(
+                        "{}: branch {} of {}: add a trigger word such as {word:?}",
+                        rule.id,
+                        nth + 1,
+                        branches.len()
+                    ));
+                }
+            }
+        }
+        assert!(
+            dead.is_empty(),
+            "{} pattern branches hold no trigger word and never fire:\n{}",
+            dead.len(),
+            dead.join("\n")
+        );
+    }
+
+    /// A branch's literal text this long or longer is a trigger word of its own.
+    const SHORT_TEXT: usize = 10;
+
+    /// Whether every text `hir` matches holds one of `words` (lowercase).
+    fn covered(hir: &Hir, words: &[Vec<u8>]) -> bool {
+        let holds = |texts: &[Vec<u8>]| {
+            texts.iter().all(|text| {
+                words
+                    .iter()
+                    .any(|w| text.windows(w.len()).any(|window| window == w.as_slice()))
+            })
+        };
+        if let Some(texts) = texts(hir) {
+            return holds(&texts);
+        }
+        match hir.kind() {
+            HirKind::Capture(cap) => covered(&cap.sub, words),
+            HirKind::Repetition(rep) => rep.min >= 1 && covered(&rep.sub, words),
+            HirKind::Alternation(subs) => subs.iter().all(|sub| covered(sub, words)),
+            HirKind::Concat(subs) => {
+                // Runs of pieces with few texts each: a word may span several (`not (?:close|equal)`).
+                let mut run = vec![Vec::new()];
+                for sub in subs {
+                    if let Some(next) = texts(sub).and_then(|t| product(&run, &t)) {
+                        run = next;
+                        continue;
+                    }
+                    if holds(&run) || covered(sub, words) {
+                        return true;
+                    }
+                    run = texts(sub).unwrap_or_else(|| vec![Vec::new()]);
+                }
+                holds(&run)
+            }
+            _ => false,
+        }
+    }
+
+    /// Every text `hir` can match, lowercase, where they are few.
+    fn texts(hir: &Hir) -> Option<Vec<Vec<u8>>> {
+        match hir.kind() {
+            HirKind::Literal(lit) => Some(vec![lit.0.to_ascii_lowercase()]),
+            HirKind::Class(regex_syntax::hir::Class::Bytes(class)) => {
+                let mut bytes: Vec<u8> = class
+                    .ranges()
+                    .iter()
+                    .flat_map(|r| r.start()..=r.end())
+                    .map(|b| b.to_ascii_lowercase())
+                    .collect();
+                bytes.sort_unstable();
+                bytes.dedup();
+                (bytes.len() <= 4).then(|| bytes.into_iter().map(|b| vec![b]).collect())
+            }
+            HirKind::Empty | HirKind::Look(_) => Some(vec![Vec::new()]),
+            HirKind::Capture(cap) => texts(&cap.sub),
+            HirKind::Alternation(subs) => {
+                let mut all = Vec::new();
+                for sub in subs {
+                    all.extend(texts(sub)?);
+                }
+                (all.len() <= 64).then_some(all)
+            }
+            HirKind::Concat(subs) => subs
+                .iter()
+                .try_fold(vec![Vec::new()], |run, sub| product(&run, &texts(sub)?)),
+            HirKind::Repetition(rep) if rep.max.is_some_and(|max| max <= 2) => {
+                let one = texts(&rep.sub)?;
+                let mut all = Vec::new();
+                let mut power = vec![Vec::new()];
+                for count in 0..=rep.max.unwrap_or(0) {
+                    if count >= rep.min {
+                        all.extend(power.iter().cloned());
+                    }
+                    power = product(&power, &one)?;
+                }
+                (all.len() <= 64).then_some(all)
+            }
+            _ => None,
+        }
+    }
+
+    /// The longest text a branch always matches in one piece: a candidate trigger word.
+    fn longest_text(hir: &Hir) -> Vec<u8> {
+        let subs = match hir.kind() {
+            HirKind::Concat(subs) => subs.as_slice(),
+            HirKind::Capture(cap) => return longest_text(&cap.sub),
+            _ => std::slice::from_ref(hir),
+        };
+        let (mut best, mut run) = (Vec::new(), Vec::new());
+        for sub in subs {
+            match texts(sub).as_deref() {
+                Some([one]) => run.extend_from_slice(one),
+                _ => {
+                    if run.len() > best.len() {
+                        best = std::mem::take(&mut run);
+                    }
+                    run.clear();
+                }
+            }
+        }
+        if run.len() > best.len() {
+            best = run;
+        }
+        best
+    }
+
+    /// Each of `heads` followed by each of `tails`, while they are few.
+    fn product(heads: &[Vec<u8>], tails: &[Vec<u8>]) -> Option<Vec<Vec<u8>>> {
+        (heads.len() * tails.len() <= 256).then(|| {
+            heads
+                .iter()
+                .flat_map(|h| tails.iter().map(move |t| [h.as_slice(), t].concat()))
+                .collect()
+        })
+    }
+
     /// The raw prefilter's form of a pattern: looser everywhere, never stricter.
     #[test]
     fn relaxed_patterns_drop_bounds_groups_and_anchors() {
