@@ -22,7 +22,7 @@ const FOLDS: u64 = 5;
 /// round of fresh logs adds its misses to the tuned split before their fixes (and the misses no
 /// class fix justifies stay), so the figure drifts down as the corpus grows; the per-log guard is
 /// `known-misses.txt`: no tuned log named right may turn wrong.
-const TUNED_FLOOR: f64 = 0.87;
+const TUNED_FLOOR: f64 = 0.86;
 /// The tuned logs the classifier is known to miss, one id per line (`#` comments): any other
 /// tuned log named wrong is a regression, whatever the overall figure.
 const KNOWN_MISSES: &str = "tests/fixtures/corpus/real/known-misses.txt";
