@@ -707,7 +707,7 @@ mod tests {
         }
         assert!(
             dead.is_empty(),
-            "{} pattern branches hold no trigger word and never fire:\n{}",
+            "{} pattern branches hold no trigger word and fire only beside another word:\n{}",
             dead.len(),
             dead.join("\n")
         );
