@@ -323,22 +323,33 @@ fn check_syntax(rule: &str, pattern: &str) -> Result<(), ClassifyError> {
     regex_syntax::Parser::new()
         .parse(pattern)
         .map(drop)
-        .map_err(|err| ClassifyError::Pattern {
-            rule: rule.to_owned(),
-            pattern: pattern.to_owned(),
-            source: regex::Error::Syntax(err.to_string()),
-        })
+        .map_err(|err| bad_pattern(rule, pattern, regex::Error::Syntax(err.to_string())))
 }
 
 fn compile_one(rule: &str, pattern: &str) -> Result<Regex, ClassifyError> {
     RegexBuilder::new(pattern)
         .size_limit(SIZE_LIMIT)
         .build()
-        .map_err(|source| ClassifyError::Pattern {
-            rule: rule.to_owned(),
-            pattern: pattern.to_owned(),
-            source,
-        })
+        .map_err(|source| bad_pattern(rule, pattern, source))
+}
+
+fn bad_pattern(rule: &str, pattern: &str, source: regex::Error) -> ClassifyError {
+    ClassifyError::Pattern {
+        rule: rule.to_owned(),
+        pattern: pattern.to_owned(),
+        source,
+    }
+}
+
+/// `pattern` parsed byte by byte, with ASCII semantics (`\w`, case folding): exact on the plain,
+/// ASCII-only lines the raw-line sets are used for, and a fraction of the Unicode automaton.
+fn parse_ascii(pattern: &str) -> Result<Hir, Box<regex_syntax::Error>> {
+    regex_syntax::ParserBuilder::new()
+        .unicode(false)
+        .utf8(false)
+        .build()
+        .parse(pattern)
+        .map_err(Box::new)
 }
 
 /// `pattern` with every look-around (anchors, word boundaries) replaced by the empty match, every
@@ -366,14 +377,7 @@ fn relaxed(pattern: &str) -> Result<String, Box<regex_syntax::Error>> {
             HirKind::Class(class) => Hir::class(class),
         }
     }
-    // ASCII semantics (`\w`, case folding) are exact on the plain, ASCII-only lines these sets
-    // are used for, and compile to a fraction of the Unicode automaton.
-    let hir = regex_syntax::ParserBuilder::new()
-        .unicode(false)
-        .utf8(false)
-        .build()
-        .parse(pattern)
-        .map_err(Box::new)?;
+    let hir = parse_ascii(pattern)?;
     Ok(strip(hir).to_string())
 }
 
@@ -683,12 +687,7 @@ mod tests {
             .collect();
         let mut dead = Vec::new();
         for rule in &file.rules {
-            let hir = regex_syntax::ParserBuilder::new()
-                .unicode(false)
-                .utf8(false)
-                .build()
-                .parse(&rule.pattern)
-                .unwrap_or_else(|e| panic!("{}: {e}", rule.id));
+            let hir = parse_ascii(&rule.pattern).unwrap_or_else(|e| panic!("{}: {e}", rule.id));
             let branches = match hir.kind() {
                 HirKind::Alternation(subs) => subs.clone(),
                 _ => vec![hir],
@@ -736,14 +735,15 @@ mod tests {
                 // Runs of pieces with few texts each: a word may span several (`not (?:close|equal)`).
                 let mut run = vec![Vec::new()];
                 for sub in subs {
-                    if let Some(next) = texts(sub).and_then(|t| product(&run, &t)) {
+                    let own = texts(sub);
+                    if let Some(next) = own.as_ref().and_then(|t| product(&run, t)) {
                         run = next;
                         continue;
                     }
                     if holds(&run) || covered(sub, words) {
                         return true;
                     }
-                    run = texts(sub).unwrap_or_else(|| vec![Vec::new()]);
+                    run = own.unwrap_or_else(|| vec![Vec::new()]);
                 }
                 holds(&run)
             }
