@@ -28,7 +28,7 @@ use super::repetition::{
     token_zero_below_label,
 };
 use super::rules::{Kind, Rule, Table};
-use super::scan::{self, Excerpt, Findings, Hit};
+use super::scan::{self, Excerpt, Findings, Hit, Scanned};
 use super::soup::mixed_scripts;
 use crate::matrix::UserRule;
 use crate::record::Exit;
@@ -208,9 +208,9 @@ impl Classifier {
         reader: R,
         evidence: &Evidence,
     ) -> io::Result<(Classification, Words)> {
-        let found = scan::scan(&self.table, reader)?;
-        let words = lexical::words(&found.tail_text);
-        Ok((self.resolve(found, evidence), words))
+        let scanned = scan::scan(&self.table, reader)?;
+        let words = lexical::words(&scanned.tail_text);
+        Ok((self.resolve(scanned, evidence), words))
     }
 
     /// The built-in or user rule with this id.
@@ -224,8 +224,8 @@ impl Classifier {
         reader: R,
         evidence: &Evidence,
     ) -> io::Result<Classification> {
-        let found = scan::scan(&self.table, reader)?;
-        Ok(self.resolve(found, evidence))
+        let scanned = scan::scan(&self.table, reader)?;
+        Ok(self.resolve(scanned, evidence))
     }
 
     /// Classifies a log file. Errors name the path.
@@ -247,10 +247,10 @@ impl Classifier {
                 .is_some_and(|rule| rule.kind == Kind::Background)
     }
 
-    fn resolve(&self, mut found: Findings, evidence: &Evidence) -> Classification {
+    fn resolve(&self, scanned: Scanned, evidence: &Evidence) -> Classification {
         // The model reads the same last lines the tail checks read, each cleaned as the rules
         // read it: only for a verdict left open to it, not for every log the rules named.
-        let tail_text = std::mem::take(&mut found.tail_text);
+        let Scanned { found, tail_text } = scanned;
         let tail = found.tail.clone();
         let mut out = self.decide(found, &tail_text, evidence);
         if let Some(model) = self.lexical.as_ref().filter(|_| self.open_to_lexical(&out)) {
@@ -271,7 +271,7 @@ impl Classifier {
         out
     }
 
-    /// `tail_text` is the text of the log's last lines, taken out of `found` by the caller.
+    /// `tail_text` is the text of the log's last lines (see [`Scanned`]).
     fn decide(&self, found: Findings, tail_text: &[String], evidence: &Evidence) -> Classification {
         let Findings {
             strong,
@@ -281,7 +281,6 @@ impl Classifier {
             background,
             hangs,
             tail,
-            tail_text: _,
         } = found;
         if let Some(hit) = strong {
             let mut out = self.name_hit(hit, DecidedBy::FatalLine);

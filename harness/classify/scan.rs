@@ -91,13 +91,19 @@ pub(crate) struct Findings {
     pub(crate) hangs: Vec<HangSeen>,
     /// The last lines of the log.
     pub(crate) tail: Excerpt,
+}
+
+/// What one pass gives: the findings the verdict is decided on, and the text of the log's last
+/// lines, which the tail checks and the lexical model read.
+pub(crate) struct Scanned {
+    pub(crate) found: Findings,
     /// The last [`TAIL_TEXT_LINES`] lines, uncut up to [`TAIL_TEXT`] bytes each (ANSI colour and
     /// controls removed); they end with the tail's lines.
     pub(crate) tail_text: Vec<String>,
 }
 
 /// Streams `reader` once through `table`.
-pub(crate) fn scan<R: Read>(table: &Table, reader: R) -> io::Result<Findings> {
+pub(crate) fn scan<R: Read>(table: &Table, reader: R) -> io::Result<Scanned> {
     let mut blocks = Blocks::new(reader);
     let mut sequencer = Sequencer::new(table);
     let Some(first) = blocks.next_block()? else {
@@ -761,16 +767,18 @@ impl<'t> Sequencer<'t> {
         }
     }
 
-    fn finish(mut self) -> Findings {
-        let (mut lines, text): (Vec<String>, Vec<String>) = self.recent.into_iter().unzip();
+    fn finish(mut self) -> Scanned {
+        let (mut lines, tail_text): (Vec<String>, Vec<String>) = self.recent.into_iter().unzip();
         lines.drain(..lines.len().saturating_sub(TAIL));
-        self.found.tail_text = text;
         self.found.tail = Excerpt {
             start: (self.line + 1).saturating_sub(lines.len() as u64),
             lines,
             after: 0,
         };
-        self.found
+        Scanned {
+            found: self.found,
+            tail_text,
+        }
     }
 }
 
