@@ -95,6 +95,7 @@ pub(crate) struct Findings {
 
 /// What one pass gives: the findings the verdict is decided on, and the text of the log's last
 /// lines, which the tail checks and the lexical model read.
+#[derive(Debug)]
 pub(crate) struct Scanned {
     pub(crate) found: Findings,
     /// The last [`TAIL_TEXT_LINES`] lines, uncut up to [`TAIL_TEXT`] bytes each (ANSI colour and
@@ -117,8 +118,8 @@ pub(crate) fn scan<R: Read>(table: &Table, reader: R) -> io::Result<Scanned> {
         let mut scratch = Scratch::new(table);
         let mut block = Some(first);
         while let Some(b) = block {
-            let scanned = scan_block(table, &b, &mut scratch);
-            sequencer.apply(&b, scanned);
+            let block_scan = scan_block(table, &b, &mut scratch);
+            sequencer.apply(&b, block_scan);
             block = blocks.next_block()?;
         }
     } else {
@@ -157,8 +158,8 @@ fn parallel<R: Read>(
                         Err(_) => break,
                     };
                     let Ok((n, block)) = job else { break };
-                    let scanned = scan_block(table, &block, &mut scratch);
-                    if done_tx.send((n, block, scanned)).is_err() {
+                    let block_scan = scan_block(table, &block, &mut scratch);
+                    if done_tx.send((n, block, block_scan)).is_err() {
                         break;
                     }
                 }
@@ -172,10 +173,10 @@ fn parallel<R: Read>(
         let mut next = 0u64;
         let mut sent = 0u64;
         let mut apply = |done: Done, next: &mut u64| {
-            let (n, bytes, scanned) = done;
-            ready.insert(n, (bytes, scanned));
-            while let Some((bytes, scanned)) = ready.remove(next) {
-                sequencer.apply(&bytes, scanned);
+            let (n, bytes, block_scan) = done;
+            ready.insert(n, (bytes, block_scan));
+            while let Some((bytes, block_scan)) = ready.remove(next) {
+                sequencer.apply(&bytes, block_scan);
                 *next += 1;
             }
         };
@@ -500,11 +501,11 @@ impl<'t> Sequencer<'t> {
     }
 
     /// Applies the next block of the log and what its scan found.
-    fn apply(&mut self, block: &[u8], scanned: BlockScan) {
+    fn apply(&mut self, block: &[u8], block_scan: BlockScan) {
         let base = self.line;
         // Start of the first line not yet handed to the excerpts.
         let mut pos = 0;
-        for e in scanned.examined {
+        for e in block_scan.examined {
             self.feed_until(block, &mut pos, e.start);
             if pos == e.start {
                 // The hit line itself follows earlier hits too.
@@ -515,7 +516,7 @@ impl<'t> Sequencer<'t> {
             pos = e.end + 1;
         }
         self.feed_until(block, &mut pos, block.len());
-        self.line = base + scanned.lines;
+        self.line = base + block_scan.lines;
         self.remember_tail(block);
     }
 
