@@ -61,10 +61,26 @@ pub(crate) struct Cleaned {
 // relay of a worker's output, a launcher's rank or host, a quote): the text after them is what the
 // process printed, as it printed it. Commented where they stand in `PREFIX_PATTERNS`.
 const TEAMCITY: &str = r"^\[\d\d:\d\d:\d\d\](?:[iWEF]?:| :)?\s*\[Step \d+/\d+\]\s*";
+// The clock a syslog line and `ts` put first (`Jul 25 04:11:56`), spelled once for both: the
+// month and day, then the time of day. Macros, as `concat!` takes only literals.
+macro_rules! month_day {
+    () => {
+        r"[A-Z][a-z]{2} [ \d]\d "
+    };
+}
+macro_rules! time_of_day {
+    () => {
+        r"\d\d:\d\d:\d\d"
+    };
+}
 // The unit has its pid, but for the kernel's and the audit's lines: a line behind a bare clock
 // (`Jul 25 04:11:56 Illegal instruction: 4`, see `TIME_OF_DAY`) has two words and a colon too.
-const SYSLOG: &str =
-    r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d\s+[\w.-]+\s+(?:[\w./@-]+\[\d+\]|kernel|audit):\s*";
+const SYSLOG: &str = concat!(
+    "^",
+    month_day!(),
+    time_of_day!(),
+    r"\s+[\w.-]+\s+(?:[\w./@-]+\[\d+\]|kernel|audit):\s*"
+);
 const PROCESS: &str = r"^\((?:[^()]*\b(?:pid|ip)=[^()]*|raylet|gcs_server|autoscaler|dashboard(?:_agent)?|monitor)\)\s*";
 const TORCHRUN: &str = r"^\[(?:rank|default)\d+\]:\s*";
 const MPIRUN: &str = r"^\[\d+,\d+\]<std(?:out|err)>:\s*";
@@ -82,7 +98,7 @@ const INDENT: &str = r"^\s+";
 // A CI's time of day before each line: Jenkins' Timestamper (`09:26:31 `), and the `ts` a job
 // pipes its output through (`Jul 25 04:11:56 `, PyTorch's CircleCI jobs). After `SYSLOG`, which
 // has a host and a unit after the same clock.
-const TIME_OF_DAY: &str = r"^(?:[A-Z][a-z]{2} [ \d]\d )?\d\d:\d\d:\d\d(?:\.\d+)?\s+";
+const TIME_OF_DAY: &str = concat!("^(?:", month_day!(), ")?", time_of_day!(), r"(?:\.\d+)?\s+");
 // A delivery's RFC 3339 clock (GitHub Actions, `kubectl logs --timestamps`, Jenkins' timestamper,
 // a container runtime's file): the date and time joined by `T`, and a zone. A logger's own clock
 // (`2024-01-01 12:00:00,123`, sglang's `[2025-03-09 00:57:15 TP0]`) is part of what it wrote.

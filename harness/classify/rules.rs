@@ -465,7 +465,7 @@ fn trigger(words: &[String], user: &[UserRule]) -> Result<Option<Trigger>, Class
 mod tests {
     use super::*;
     use crate::classify::{Classifier, Evidence};
-    use std::collections::HashSet;
+    use std::collections::{HashMap, HashSet};
 
     /// Prefixes real logs put in front of a message; every example must survive each of them.
     const PREFIXES: [&str; 5] = [
@@ -864,6 +864,34 @@ mod tests {
             assert_eq!(rule.signature, Signature::Unknown, "{}", rule.id);
             assert!(!rule.spurious && rule.spurious_if.is_none(), "{}", rule.id);
         }
+    }
+
+    /// A hang seen once (`<id>-once`: a lesser verdict, only in a log without errors) and seen
+    /// again and again (`<id>`) are one message read twice: the twins keep one pattern, so a
+    /// wording taught to one is taught to both.
+    #[test]
+    fn a_hang_seen_once_keeps_its_twins_pattern() {
+        let file = parse_builtin().expect("rules.toml parses");
+        let by_id: HashMap<&str, &RuleSpec> =
+            file.rules.iter().map(|r| (r.id.as_str(), r)).collect();
+        let mut twins = 0;
+        for rule in &file.rules {
+            let Some(base) = rule.id.strip_suffix("-once") else {
+                continue;
+            };
+            let twin = by_id
+                .get(base)
+                .unwrap_or_else(|| panic!("{}: no rule {base}", rule.id));
+            assert_eq!(rule.pattern, twin.pattern, "{} and {base}", rule.id);
+            assert_eq!(rule.unless, twin.unless, "{} and {base}", rule.id);
+            assert!(
+                rule.min_count < twin.min_count,
+                "{}: seen once is fewer sightings",
+                rule.id
+            );
+            twins += 1;
+        }
+        assert!(twins > 0, "no `-once` rule left to check");
     }
 
     #[test]
