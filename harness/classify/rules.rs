@@ -889,6 +889,12 @@ mod tests {
                 "{}: seen once is fewer sightings",
                 rule.id
             );
+            assert!(
+                rule.only_without_errors,
+                "{}: seen once decides only without errors",
+                rule.id
+            );
+            assert_eq!(rule.any_level, twin.any_level, "{} and {base}", rule.id);
             twins += 1;
         }
         assert!(twins > 0, "no `-once` rule left to check");
