@@ -328,7 +328,9 @@ impl Classifier {
         let errors_seen = weak.is_some() || crashed;
         if let Some(seen) = hangs.into_iter().find(|h| {
             let rule = &self.table.rules[h.first.rule];
-            h.count >= rule.min_count && !(rule.only_without_errors && errors_seen)
+            h.count >= rule.min_count
+                && !(rule.only_without_errors && errors_seen)
+                && (!rule.ends_log || ends_the_log(&tail, h.last))
         }) {
             let mut out = self.name_hit(seen.first, DecidedBy::HangLines);
             out.evidence.push(hang_clue(seen.count, &out));
@@ -507,6 +509,20 @@ fn hang_clue(count: u32, named: &Classification) -> Clue {
         ),
         named.line,
     )
+}
+
+/// Whether the log ends at the line `last`: nothing after it but blank lines and the fence that
+/// closes a pasted block. The tail holds the log's last lines; a sighting before them has at
+/// least that many lines after it.
+fn ends_the_log(tail: &Excerpt, last: u64) -> bool {
+    if last < tail.start {
+        return false;
+    }
+    let after = usize::try_from(last - tail.start + 1).unwrap_or(usize::MAX);
+    tail.lines.iter().skip(after).all(|line| {
+        let line = line.trim();
+        line.is_empty() || line.trim_start_matches('`').is_empty()
+    })
 }
 
 const SIGILL: i32 = 4;
@@ -1464,6 +1480,32 @@ mod tests {
         );
         let c = log(&format!("{NOISE}{shm}{shm}{shm}"));
         assert_eq!((c.signature, c.line), (Signature::Deadlock, Some(3)));
+    }
+
+    /// vLLM's API server polls for its engine core every 10 s; waits that end the log are an
+    /// engine that never came up, waits the engine went on from are a slow start.
+    #[test]
+    fn startup_waits_are_a_hang_only_where_they_end_the_log() {
+        let wait = "DEBUG 04-18 18:08:25 [core_client.py:421] Waiting for 1 core engine proc(s) to start: {0}\n";
+        let waits = wait.repeat(4);
+        let c = log(&format!("{NOISE}{waits}"));
+        assert_eq!((c.signature, c.line), (Signature::Deadlock, Some(3)));
+        // A pasted block closed by its fence and a blank line still ends with the waits.
+        assert_eq!(
+            log(&format!("{NOISE}{waits}```\n\n")).signature,
+            Signature::Deadlock
+        );
+        let progress =
+            "INFO 04-18 18:08:51 [kv_cache_utils.py:634] GPU KV cache size: 233,936 tokens\n";
+        assert_eq!(
+            log(&format!("{NOISE}{waits}{progress}")).signature,
+            Signature::Unknown
+        );
+        // Progress between the waits is no progress past them.
+        assert_eq!(
+            log(&format!("{NOISE}{wait}{progress}{wait}{wait}")).signature,
+            Signature::Deadlock
+        );
     }
 
     #[test]

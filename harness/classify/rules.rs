@@ -84,6 +84,8 @@ pub(crate) struct RuleSpec {
     #[serde(default)]
     pub(crate) only_without_errors: bool,
     #[serde(default)]
+    pub(crate) ends_log: bool,
+    #[serde(default)]
     pub(crate) names_nothing: bool,
     #[serde(default)]
     pub(crate) covers: u32,
@@ -129,6 +131,9 @@ pub(crate) struct Rule {
     /// A hang rule that decides only when the log has no error line at all (a stack dump is a
     /// hang only if nothing crashed).
     pub(crate) only_without_errors: bool,
+    /// A hang rule whose sightings must end the log: a waiting message the process went on from
+    /// (a line of progress after the last one) shows a wait, not a hang.
+    pub(crate) ends_log: bool,
     /// (`unknown` rules) The line says a process failed but not why (a generic exception, a
     /// reported death): the lexical model may still name the log. Rules that leave a log
     /// `unknown` on purpose (an infrastructure fault, a device-side assert) do not say this.
@@ -224,6 +229,7 @@ impl Table {
                 unless: None,
                 code: false,
                 only_without_errors: false,
+                ends_log: false,
                 names_nothing: false,
                 covers: 0,
                 covers_exception: None,
@@ -258,6 +264,7 @@ impl Table {
                 unless,
                 code: spec.code,
                 only_without_errors: spec.only_without_errors,
+                ends_log: spec.ends_log,
                 names_nothing: spec.names_nothing,
                 covers: spec.covers,
                 covers_exception: spec.covers_exception.clone(),

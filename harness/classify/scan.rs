@@ -66,11 +66,12 @@ pub(crate) struct Excerpt {
     after: usize,
 }
 
-/// A hang rule's first sighting and how often it was seen.
+/// A hang rule's first sighting, how often it was seen, and the line of its last sighting.
 #[derive(Debug, Clone)]
 pub(crate) struct HangSeen {
     pub(crate) first: Hit,
     pub(crate) count: u32,
+    pub(crate) last: u64,
 }
 
 /// What one pass found.
@@ -590,7 +591,10 @@ impl<'t> Sequencer<'t> {
                     }
                 }
                 Kind::Hang => match self.found.hangs.iter_mut().find(|h| h.first.rule == index) {
-                    Some(seen) => seen.count = seen.count.saturating_add(1),
+                    Some(seen) => {
+                        seen.count = seen.count.saturating_add(1);
+                        seen.last = line_no;
+                    }
                     None => new_hangs.push(index),
                 },
                 Kind::Context => {
@@ -718,6 +722,7 @@ impl<'t> Sequencer<'t> {
             self.found.hangs.push(HangSeen {
                 first: hit(index),
                 count: 1,
+                last: line_no,
             });
         }
         self.dense = AFTER;
