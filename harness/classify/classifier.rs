@@ -515,14 +515,13 @@ fn hang_clue(count: u32, named: &Classification) -> Clue {
 /// closes a pasted block. The tail holds the log's last lines; a sighting before them has at
 /// least that many lines after it.
 fn ends_the_log(tail: &Excerpt, last: u64) -> bool {
-    if last < tail.start {
+    let Some(through) = (last + 1).checked_sub(tail.start) else {
         return false;
-    }
-    let after = usize::try_from(last - tail.start + 1).unwrap_or(usize::MAX);
-    tail.lines.iter().skip(after).all(|line| {
-        let line = line.trim();
-        line.is_empty() || line.trim_start_matches('`').is_empty()
-    })
+    };
+    tail.lines
+        .iter()
+        .skip(usize::try_from(through).unwrap_or(usize::MAX))
+        .all(|line| line.trim().trim_start_matches('`').is_empty())
 }
 
 const SIGILL: i32 = 4;
