@@ -5,11 +5,13 @@
 //! validates and compiles it. Its tests run every rule's examples through the whole classifier.
 
 use super::ClassifyError;
+use super::scan::ScratchPool;
 use crate::matrix::UserRule;
 use crate::signature::Signature;
 use aho_corasick::{AhoCorasick, AhoCorasickKind};
 use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
-use regex_automata::meta;
+use regex_automata::nfa::thompson;
+use regex_automata::{MatchKind, hybrid};
 use regex_syntax::hir::{Hir, HirKind};
 use serde::Deserialize;
 use std::cmp::Reverse;
@@ -169,6 +171,8 @@ pub(crate) struct Table {
     pub(crate) raw_any_level: RawSet,
     /// Whether some rule looks at quoted source lines.
     pub(crate) any_code: bool,
+    /// The raw-line sets' search caches, kept from one scan to the next.
+    pub(crate) scratch: ScratchPool,
 }
 
 /// The first-stage prefilter: the trigger words (Aho-Corasick, ASCII case-insensitive, plus the
@@ -301,6 +305,7 @@ impl Table {
             raw_all,
             raw_any_level,
             any_code,
+            scratch: ScratchPool::default(),
         })
     }
 
@@ -393,12 +398,18 @@ fn relaxed_set<P: AsRef<str>>(patterns: &[P]) -> Result<RawSet, ClassifyError> {
     let syntax = regex_automata::util::syntax::Config::new()
         .unicode(false)
         .utf8(false);
-    // The lazy DFA's cache is per thread: keep it small, these sets run on many lines.
-    let config = meta::Config::new()
-        .nfa_size_limit(Some(SIZE_LIMIT))
-        .hybrid_cache_capacity(RAW_DFA_SIZE_LIMIT);
-    meta::Builder::new()
+    // A lazy DFA on its own rather than the `meta` engine, for one setting: the meta engine's
+    // lazy DFA gives up after three cache clears that built a state every few bytes, and falls
+    // back to an NFA simulation 70 to 200 times slower for as long as the cache lives. Over the
+    // thousand rules that is what every varied log does, and the caches live from one log to the
+    // next (`scan::ScratchPool`). Here a full cache is cleared and rebuilt, never abandoned.
+    let config = hybrid::dfa::Config::new()
+        .match_kind(MatchKind::All)
+        .cache_capacity(RAW_DFA_SIZE_LIMIT)
+        .minimum_cache_clear_count(None);
+    hybrid::dfa::Builder::new()
         .syntax(syntax)
+        .thompson(thompson::Config::new().nfa_size_limit(Some(SIZE_LIMIT)))
         .configure(config)
         .build_many(patterns)
         .map(RawSet)
@@ -410,19 +421,20 @@ fn relaxed_set<P: AsRef<str>>(patterns: &[P]) -> Result<RawSet, ClassifyError> {
 /// Relaxed patterns for raw lines, searched with a cache the caller keeps: each scan worker has
 /// its own, where the `regex` crate's shared pool would make every thread but its first one take
 /// a lock per line.
-pub(crate) struct RawSet(meta::Regex);
+pub(crate) struct RawSet(hybrid::dfa::DFA);
 
 impl RawSet {
-    pub(crate) fn cache(&self) -> meta::Cache {
+    pub(crate) fn cache(&self) -> hybrid::dfa::Cache {
         self.0.create_cache()
     }
 
     /// Whether some pattern matches somewhere in `raw`; `cache` must come from [`RawSet::cache`]
-    /// of this set.
-    pub(crate) fn is_match(&self, cache: &mut meta::Cache, raw: &[u8]) -> bool {
+    /// of this set. A search the lazy DFA cannot finish (it has no quit bytes and never gives up,
+    /// so this is not expected) answers yes: the line is then examined, never skipped.
+    pub(crate) fn is_match(&self, cache: &mut hybrid::dfa::Cache, raw: &[u8]) -> bool {
         self.0
-            .search_half_with(cache, &regex_automata::Input::new(raw).earliest(true))
-            .is_some()
+            .try_search_fwd(cache, &regex_automata::Input::new(raw).earliest(true))
+            .map_or(true, |found| found.is_some())
     }
 }
 

@@ -116,13 +116,14 @@ pub(crate) fn scan<R: Read>(table: &Table, reader: R) -> io::Result<Scanned> {
         .min(MAX_WORKERS);
     if blocks.done() || workers < 2 {
         // A small log (one block), or a single core: no threads.
-        let mut scratch = Scratch::new(table);
+        let mut scratch = table.scratch.take(table);
         let mut block = Some(first);
         while let Some(b) = block {
             let block_scan = scan_block(table, &b, &mut scratch);
             sequencer.apply(&b, block_scan);
             block = blocks.next_block()?;
         }
+        table.scratch.give(scratch);
     } else {
         parallel(table, workers, first, &mut blocks, &mut sequencer)?;
     }
@@ -151,7 +152,7 @@ fn parallel<R: Read>(
             let done_tx = done_tx.clone();
             let work_rx = &work_rx;
             scope.spawn(move || {
-                let mut scratch = Scratch::new(table);
+                let mut scratch = table.scratch.take(table);
                 loop {
                     // Holding the lock while waiting is fine: its holder takes the next job.
                     let job = match work_rx.lock() {
@@ -164,6 +165,7 @@ fn parallel<R: Read>(
                         break;
                     }
                 }
+                table.scratch.give(scratch);
             });
         }
         drop(done_tx);
@@ -300,11 +302,35 @@ impl<R: Read> Blocks<R> {
 const SILENT_ENTRIES: usize = 4096;
 const SILENT_MAX_LEN: usize = 256;
 
+/// Search caches kept from one scan to the next, a few for each worker thread. A lazy DFA grows
+/// as it meets new text, and over a table of some thousand rules growing it is most of the cost:
+/// with fresh caches for every log, a log of a few kilobytes took 25 ms, most of it rebuilding
+/// the states the log before had already built. Bounded: at most [`MAX_WORKERS`] kept.
+#[derive(Debug, Default)]
+pub(crate) struct ScratchPool(Mutex<Vec<Scratch>>);
+
+impl ScratchPool {
+    /// Caches grown by an earlier scan, or fresh ones.
+    fn take(&self, table: &Table) -> Scratch {
+        let kept = self.0.lock().ok().and_then(|mut pool| pool.pop());
+        kept.unwrap_or_else(|| Scratch::new(table))
+    }
+
+    /// Keeps `scratch` for the next scan, unless enough are kept already.
+    fn give(&self, scratch: Scratch) {
+        if let Ok(mut pool) = self.0.lock() {
+            if pool.len() < MAX_WORKERS {
+                pool.push(scratch);
+            }
+        }
+    }
+}
+
 /// One thread's search caches for the raw-line prefilters, kept from block to block.
 #[derive(Debug)]
 struct Scratch {
-    all: regex_automata::meta::Cache,
-    any_level: regex_automata::meta::Cache,
+    all: regex_automata::hybrid::dfa::Cache,
+    any_level: regex_automata::hybrid::dfa::Cache,
     quiet: line::QuietCache,
     /// Messages (what follows a quiet prefix) no `any-level` rule's relaxed pattern matches.
     /// Whether one does depends on the message's bytes alone, and a warning-heavy log repeats its
