@@ -316,6 +316,12 @@ impl ScratchPool {
         kept.unwrap_or_else(|| Scratch::new(table))
     }
 
+    /// How many caches are kept now.
+    #[cfg(test)]
+    fn kept(&self) -> usize {
+        self.0.lock().map_or(0, |pool| pool.len())
+    }
+
     /// Keeps `scratch` for the next scan, unless enough are kept already.
     fn give(&self, scratch: Scratch) {
         if let Ok(mut pool) = self.0.lock() {
@@ -849,4 +855,50 @@ fn count_lines(bytes: &[u8]) -> u64 {
         total += blocks.remainder().iter().filter(|&&b| b == b'\n').count() as u64;
     }
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn first_fatal(table: &Table, log: &str) -> Option<(String, u64)> {
+        let scanned = scan(table, log.as_bytes()).expect("scan");
+        let hit = scanned.found.strong?;
+        Some((table.rules[hit.rule].id.clone(), hit.line))
+    }
+
+    /// A small log scans on the calling thread with one cache, given back afterwards: the next
+    /// log takes the same one (its lazy DFA already built), and no scan leaves a second behind.
+    #[test]
+    fn search_caches_live_from_one_log_to_the_next() {
+        let table = Table::build(&[]).expect("builds");
+        assert_eq!(table.scratch.kept(), 0);
+        let oom = "INFO starting\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n";
+        let nccl = "INFO warming up\nncclInternalError: Internal check failed.\n";
+        let first = first_fatal(&table, oom);
+        assert_eq!(table.scratch.kept(), 1);
+        for _ in 0..3 {
+            assert_eq!(first_fatal(&table, oom), first);
+            assert_eq!(first_fatal(&table, nccl).map(|(_, line)| line), Some(2));
+            assert_eq!(table.scratch.kept(), 1);
+        }
+        assert_eq!(first, Some(("cuda-oom".to_owned(), 2)));
+    }
+
+    /// Kept caches never change a verdict: lines met in many earlier logs, and many lines the
+    /// caches never met, are judged as a fresh table judges them.
+    #[test]
+    fn kept_caches_judge_as_fresh_ones_do() {
+        let warm = Table::build(&[]).expect("builds");
+        let lines: Vec<String> = (0..400)
+            .map(|i| format!("ERROR worker {i}: step {} failed with code {}\n", i * 7, i % 13))
+            .collect();
+        for line in &lines {
+            let _ = first_fatal(&warm, line);
+        }
+        let cold = Table::build(&[]).expect("builds");
+        let log = "ERROR worker 3: loading\nRuntimeError: CUDA error: an illegal memory access was encountered\n";
+        assert_eq!(first_fatal(&warm, log), first_fatal(&cold, log));
+        assert!(first_fatal(&warm, log).is_some());
+    }
 }
