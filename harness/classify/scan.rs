@@ -891,7 +891,13 @@ mod tests {
     fn kept_caches_judge_as_fresh_ones_do() {
         let warm = Table::build(&[]).expect("builds");
         let lines: Vec<String> = (0..400)
-            .map(|i| format!("ERROR worker {i}: step {} failed with code {}\n", i * 7, i % 13))
+            .map(|i| {
+                format!(
+                    "ERROR worker {i}: step {} failed with code {}\n",
+                    i * 7,
+                    i % 13
+                )
+            })
             .collect();
         for line in &lines {
             let _ = first_fatal(&warm, line);
