@@ -401,8 +401,9 @@ fn relaxed_set<P: AsRef<str>>(patterns: &[P]) -> Result<RawSet, ClassifyError> {
     // A lazy DFA on its own rather than the `meta` engine, for one setting: the meta engine's
     // lazy DFA gives up after three cache clears that built a state every few bytes, and falls
     // back to an NFA simulation 70 to 200 times slower for as long as the cache lives. Over the
-    // thousand rules that is what every varied log does, and the caches live from one log to the
-    // next (`scan::ScratchPool`). Here a full cache is cleared and rebuilt, never abandoned.
+    // whole table's alternatives that is what varied logs do, and the caches live from one log
+    // to the next (`scan::ScratchPool`). Here a full cache is cleared and rebuilt, never
+    // abandoned.
     let config = hybrid::dfa::Config::new()
         .match_kind(MatchKind::All)
         .cache_capacity(RAW_DFA_SIZE_LIMIT)
