@@ -23,9 +23,10 @@ pub const BUILTIN_RULES: &str = include_str!("rules.toml");
 /// Compiled-program limits: generous, because the set holds every rule at once.
 const SIZE_LIMIT: usize = 256 << 20;
 const DFA_SIZE_LIMIT: usize = 64 << 20;
-/// Lazy-DFA cache of each raw-line prefilter set, per thread. At 4 MiB the variety of real
-/// healthy logs overflowed it again and again, and the regex engine then gave up on the DFA for
-/// its NFA, 70 to 200 times slower (`benches/classify.rs`, `healthy-logs`).
+/// Lazy-DFA cache of each raw-line prefilter set, per scan worker, kept between logs. At 4 MiB
+/// the variety of real healthy logs overflowed it again and again (`benches/classify.rs`,
+/// `healthy-logs`): the `meta` engine of that day then gave up on the DFA for its NFA, 70 to 200
+/// times slower; the lazy DFA used now clears a full cache and builds its states again.
 const RAW_DFA_SIZE_LIMIT: usize = 16 << 20;
 
 /// How a rule's line takes part in picking the root cause (see `rules.toml`).
