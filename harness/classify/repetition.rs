@@ -34,9 +34,12 @@ pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
     // A printed collection (`[True, True, ...]`, NumPy's `[ True  True ...]`, a tuple of GPU
     // names) repeats its elements by nature: data, not a generation. A response printed as JSON
     // may still hold a looping text (`{"text_output": "import numpy py py py ..."}`): in a line
-    // that opens a collection, only its quoted strings are looked at.
+    // that opens a collection, only its quoted strings are looked at, and a last one cut before
+    // it closes (a looping answer is long, and a log or a paste often ends inside it).
     if line.trim_start().starts_with(['[', '(', '{']) {
-        return quoted(line).find_map(looping_phrase);
+        return quoted(line)
+            .chain(cut_string(line))
+            .find_map(looping_phrase);
     }
     // A table row (`nvidia-smi topo -m`'s `SYS     SYS     SYS`, a results table) repeats its
     // cells by nature too: columns a printer aligned with runs of spaces or tabs, not prose.
@@ -301,6 +304,20 @@ fn quoted(line: &str) -> impl Iterator<Item = &str> {
     })
 }
 
+/// The string a line ends inside: the text after an opening quote that no quote closes, past the
+/// strings [`quoted`] reads.
+fn cut_string(line: &str) -> Option<&str> {
+    let mut rest = line;
+    for string in quoted(line) {
+        // `string` borrows from `line`: what follows its closing quote is still to be read.
+        let end = string.as_ptr() as usize - line.as_ptr() as usize + string.len() + 1;
+        rest = line.get(end..)?;
+    }
+    let open = rest.find(['"', '\''])?;
+    let body = &rest[open + 1..];
+    (!body.trim().is_empty()).then_some(body)
+}
+
 /// The first unit of length `period` repeated into a long enough stretch.
 fn repeating_unit(chars: &[char], period: usize) -> Option<String> {
     // `run` counts positions in a row whose character equals the one `period` further: a run
@@ -333,11 +350,26 @@ fn repeating_unit(chars: &[char], period: usize) -> Option<String> {
 /// `-gencode arch=compute_90a,code=sm_90a`). A looping model does say `py py py ...` or
 /// `<|reserved_special_token_247|>` over and over.
 fn is_phrase(unit: &[char]) -> bool {
+    if is_tag_token(unit) {
+        return true;
+    }
     if !two_different_letters(unit) || unit.iter().all(|c| c.is_alphanumeric()) {
         return false;
     }
     let text: String = unit.iter().collect();
     !is_element(&text) && !is_code(&text)
+}
+
+/// A special token written as a tag, `</s>` or `<s>` (the end and the start of a text in Llama's,
+/// Baichuan's and many other vocabularies): one letter only, yet a model stuck on it prints it
+/// until the token limit (`</s></s></s>...` behind TensorRT-LLM, `<s><s><s>...` behind
+/// FasterTransformer). The unit may begin anywhere in the tag.
+fn is_tag_token(unit: &[char]) -> bool {
+    let Some(open) = unit.iter().position(|&c| c == '<') else {
+        return false;
+    };
+    let tag: String = unit[open..].iter().chain(&unit[..open]).collect();
+    matches!(tag.as_str(), "<s>" | "</s>")
 }
 
 /// Copies of a word fragment glued to itself (`ductductduct`, `risrisris`) that make a run: more
@@ -609,6 +641,26 @@ mod tests {
         assert!(repeated_phrase(&apostrophe).is_some());
         let short = format!("{{\"text_output\": \"import numpy {}\"}}", "py ".repeat(20));
         assert!(repeated_phrase(&short).is_some_and(|unit| unit.trim() == "py"));
+        // A special token in a tag's form has one letter only; a JSON answer cut inside its
+        // string is still read.
+        let eos = format!(
+            "{{\"model_name\":\"ensemble\",\"text_output\":\" 你会做什么?{}",
+            "</s>".repeat(30)
+        );
+        assert_eq!(repeated_phrase(&eos).as_deref(), Some("</s>"));
+        let bos = format!("[b\"<s> The company'{}\"]", "<s>".repeat(20));
+        assert_eq!(repeated_phrase(&bos).as_deref(), Some("<s>"));
+        // Tags of one letter that are markup, and a list of special tokens, are no loop.
+        assert_eq!(repeated_phrase(&"<b></b>".repeat(12)), None);
+        let vocabulary = format!("{{\"tokens\": [{}\"</s>\"]}}", "\"</s>\", ".repeat(12));
+        assert_eq!(repeated_phrase(&vocabulary), None);
+        // A line that ends inside a string of plain data is no loop either.
+        assert_eq!(
+            repeated_phrase(
+                "{\"id\": \"0xffffffffffffffffffffffffffffffffffffffffffffffffffffffff"
+            ),
+            None
+        );
     }
 
     #[test]
