@@ -350,26 +350,20 @@ fn repeating_unit(chars: &[char], period: usize) -> Option<String> {
 /// `-gencode arch=compute_90a,code=sm_90a`). A looping model does say `py py py ...` or
 /// `<|reserved_special_token_247|>` over and over.
 fn is_phrase(unit: &[char]) -> bool {
-    if is_tag_token(unit) {
-        return true;
-    }
-    if !two_different_letters(unit) || unit.iter().all(|c| c.is_alphanumeric()) {
+    if !two_different_letters(unit) || unit.iter().all(|c| c.is_alphanumeric()) || is_base64(unit) {
         return false;
     }
     let text: String = unit.iter().collect();
     !is_element(&text) && !is_code(&text)
 }
 
-/// A special token written as a tag, `</s>` or `<s>` (the end and the start of a text in Llama's,
-/// Baichuan's and many other vocabularies): one letter only, yet a model stuck on it prints it
-/// until the token limit (`</s></s></s>...` behind TensorRT-LLM, `<s><s><s>...` behind
-/// FasterTransformer). The unit may begin anywhere in the tag.
-fn is_tag_token(unit: &[char]) -> bool {
-    let Some(open) = unit.iter().position(|&c| c == '<') else {
-        return false;
-    };
-    let tag: String = unit[open..].iter().chain(&unit[..open]).collect();
-    matches!(tag.as_str(), "<s>" | "</s>")
+/// A piece of base64: its alphabet only, with `+`, `/` or the padding `=` in it (an embedding or
+/// an image sent as JSON repeats when its values do: `AACAPwAAgD8AAIA/` is 1.0 as float32 again
+/// and again).
+fn is_base64(unit: &[char]) -> bool {
+    unit.iter()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '='))
+        && unit.iter().any(|c| matches!(c, '+' | '/' | '='))
 }
 
 /// Copies of a word fragment glued to itself (`ductductduct`, `risrisris`) that make a run: more
@@ -641,19 +635,21 @@ mod tests {
         assert!(repeated_phrase(&apostrophe).is_some());
         let short = format!("{{\"text_output\": \"import numpy {}\"}}", "py ".repeat(20));
         assert!(repeated_phrase(&short).is_some_and(|unit| unit.trim() == "py"));
-        // A special token in a tag's form has one letter only; a JSON answer cut inside its
-        // string is still read.
-        let eos = format!(
-            "{{\"model_name\":\"ensemble\",\"text_output\":\" 你会做什么?{}",
-            "</s>".repeat(30)
+        // A JSON answer cut inside its string is still read.
+        let cut = format!(
+            "{{\"model_name\":\"ensemble\",\"text_output\":\" 你会做什么? {}",
+            "I will do it. ".repeat(10)
         );
-        assert_eq!(repeated_phrase(&eos).as_deref(), Some("</s>"));
-        let bos = format!("[b\"<s> The company'{}\"]", "<s>".repeat(20));
-        assert_eq!(repeated_phrase(&bos).as_deref(), Some("<s>"));
-        // Tags of one letter that are markup, and a list of special tokens, are no loop.
-        assert_eq!(repeated_phrase(&"<b></b>".repeat(12)), None);
-        let vocabulary = format!("{{\"tokens\": [{}\"</s>\"]}}", "\"</s>\", ".repeat(12));
-        assert_eq!(repeated_phrase(&vocabulary), None);
+        assert!(repeated_phrase(&cut).is_some_and(|unit| unit.trim() == "I will do it."));
+        // The end-of-text tag runs where a batch is padded with it: no loop by itself.
+        let padded = format!(
+            "['<s> The capital of France is Paris.{}']",
+            "</s>".repeat(24)
+        );
+        assert_eq!(repeated_phrase(&padded), None);
+        // An embedding sent as base64 repeats with its values.
+        let embedding = format!("{{\"embedding\": \"{}", "AACAPwAAgD8AAIA/".repeat(8));
+        assert_eq!(repeated_phrase(&embedding), None);
         // A line that ends inside a string of plain data is no loop either.
         assert_eq!(
             repeated_phrase(
