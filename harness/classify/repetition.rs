@@ -37,9 +37,7 @@ pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
     // that opens a collection, only its quoted strings are looked at, and a last one cut before
     // it closes (a looping answer is long, and a log or a paste often ends inside it).
     if line.trim_start().starts_with(['[', '(', '{']) {
-        return quoted(line)
-            .chain(cut_string(line))
-            .find_map(looping_phrase);
+        return quoted(line, true).find_map(looping_phrase);
     }
     // A table row (`nvidia-smi topo -m`'s `SYS     SYS     SYS`, a results table) repeats its
     // cells by nature too: columns a printer aligned with runs of spaces or tabs, not prose.
@@ -73,7 +71,7 @@ fn without_prompt(line: &str) -> std::borrow::Cow<'_, str> {
     };
     // From the opening quote, the first string `quoted` reads is the prompt.
     let open = label.end() - 1;
-    match quoted(&line[open..]).next() {
+    match quoted(&line[open..], false).next() {
         Some(prompt) => format!("{}{}", &line[..open], &line[open + prompt.len() + 2..]).into(),
         None => line.into(),
     }
@@ -285,8 +283,9 @@ fn letter_run(chars: &[char]) -> Option<String> {
 
 /// The double- or single-quoted strings of `line`. A string ends at its quote followed by a
 /// separator (`,`, `:`, a bracket) or the end of the line, so an apostrophe inside a text
-/// (`'It's fine. It's fine.'`) does not end it.
-fn quoted(line: &str) -> impl Iterator<Item = &str> {
+/// (`'It's fine. It's fine.'`) does not end it. With `cut_too`, the string the line ends inside
+/// (an opening quote that no quote closes) comes last, where it holds more than blanks.
+fn quoted(line: &str, cut_too: bool) -> impl Iterator<Item = &str> {
     let mut rest = line;
     std::iter::from_fn(move || {
         let open = rest.find(['"', '\''])?;
@@ -298,24 +297,14 @@ fn quoted(line: &str) -> impl Iterator<Item = &str> {
                 .chars()
                 .next()
                 .is_none_or(|c| matches!(c, ',' | ':' | ']' | '}' | ')'))
-        })?;
+        });
+        let Some(close) = close else {
+            rest = "";
+            return (cut_too && !body.trim().is_empty()).then_some(body);
+        };
         rest = &body[close + 1..];
         Some(&body[..close])
     })
-}
-
-/// The string a line ends inside: the text after an opening quote that no quote closes, past the
-/// strings [`quoted`] reads.
-fn cut_string(line: &str) -> Option<&str> {
-    let mut rest = line;
-    for string in quoted(line) {
-        // `string` borrows from `line`: what follows its closing quote is still to be read.
-        let end = string.as_ptr() as usize - line.as_ptr() as usize + string.len() + 1;
-        rest = line.get(end..)?;
-    }
-    let open = rest.find(['"', '\''])?;
-    let body = &rest[open + 1..];
-    (!body.trim().is_empty()).then_some(body)
 }
 
 /// The first unit of length `period` repeated into a long enough stretch.
