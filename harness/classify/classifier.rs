@@ -18,6 +18,7 @@
 //! Each step that decides says so ([`DecidedBy`]) and keeps its evidence (`explain.rs`): the rule
 //! and line, what the line names, the wrapper it replaced, the exit and the watchdog's verdict.
 
+use super::answer::empty_message;
 use super::explain::{self, Clue, ClueKind, DecidedBy};
 use super::fingerprint::fingerprint;
 use super::frames::py_spy_frames;
@@ -573,6 +574,7 @@ fn signal_name(signal: i32) -> &'static str {
 const REPEATED_OUTPUT: &str = "repeated-output";
 const TOKEN_SOUP: &str = "token-soup";
 const REPEATED_LINES: &str = "repeated-lines";
+const EMPTY_MESSAGE: &str = "empty-message";
 const PY_SPY_FRAMES: &str = "py-spy-frames";
 
 /// A check of the line at an index of the kept text: what it found and why it is degenerate.
@@ -639,6 +641,13 @@ fn degenerate_output(
             })
         })
         .map(|found| (TOKEN_SOUP, found))
+    })
+    .or_else(|| {
+        empty_message(&lines).map(|index| {
+            let what = "empty assistant message".to_owned();
+            let why = "the answer's assistant message has no text (`\"content\": \"\"`, printed one key a line), no tool call and no thinking, and the log names no error: the model generated nothing readable".to_owned();
+            (EMPTY_MESSAGE, (index, (what, why)))
+        })
     })
     .or_else(|| looping_lines(text, cleaned).map(|found| (REPEATED_LINES, found)))?;
     Some(TailFinding {

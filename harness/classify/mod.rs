@@ -20,10 +20,11 @@
 //! Module layout: `classifier` (public types, choosing the root cause), `scan` (the streaming
 //! pass), `line` (prefix stripping), `rules` (the table), `explain` (the evidence behind a
 //! verdict), `fingerprint`, `repetition` (a generation that loops), `soup` (a generation of
-//! many writing systems at once) and `frames` (a hang shown by py-spy's frames alone), all looked
+//! many writing systems at once), `answer` (an empty answer printed one key a line) and `frames` (a hang shown by py-spy's frames alone), all looked
 //! for in the log's last lines when nothing else names a failure; last, `lexical` (a linear model
 //! of the last lines' words, trained on the corpus) for a log the rules leave `unknown`.
 
+mod answer;
 mod classifier;
 mod explain;
 mod fingerprint;

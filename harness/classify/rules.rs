@@ -94,6 +94,8 @@ pub(crate) struct RuleSpec {
     pub(crate) covers: u32,
     #[serde(default)]
     pub(crate) covers_exception: Option<String>,
+    #[serde(default)]
+    pub(crate) covers_signature: Option<Signature>,
     pub(crate) explanation: String,
     #[serde(default)]
     pub(crate) hint: Option<String>,
@@ -148,6 +150,10 @@ pub(crate) struct Rule {
     /// (background rules) An exception line of another kind the covered traceback ends with
     /// (`OSError`, what a failed library load raises), absorbed as well.
     pub(crate) covers_exception: Option<String>,
+    /// (background rules) The signature of the fatal lines `covers` reads as the complaint's,
+    /// where it is not the rule's own: xFormers' Triton probe names no failure, but the
+    /// traceback it logs ends in an import error.
+    pub(crate) covers_signature: Signature,
     pub(crate) explanation: Option<String>,
     pub(crate) hint: Option<String>,
 }
@@ -238,6 +244,7 @@ impl Table {
                 names_nothing: false,
                 covers: 0,
                 covers_exception: None,
+                covers_signature: r.signature,
                 explanation: Some(
                     r.explanation.clone().unwrap_or_else(|| {
                         format!("matched the matrix file's rule `{}`", r.pattern)
@@ -273,6 +280,7 @@ impl Table {
                 names_nothing: spec.names_nothing,
                 covers: spec.covers,
                 covers_exception: spec.covers_exception.clone(),
+                covers_signature: spec.covers_signature.unwrap_or(spec.signature),
                 explanation: Some(spec.explanation.clone()),
                 hint: spec.hint.clone(),
             });

@@ -652,7 +652,7 @@ impl<'t> Sequencer<'t> {
         let absorbed = self.covered.is_some_and(|(until, by)| {
             let by = &table.rules[by];
             line_no <= until
-                && (strong.is_some_and(|s| table.rules[s].signature == by.signature)
+                && (strong.is_some_and(|s| table.rules[s].signature == by.covers_signature)
                     || (strong.is_none()
                         && weak.is_some()
                         && by

@@ -19,6 +19,8 @@ const MIN_SCRIPTS: usize = 4;
 const MIN_MIXED_WORDS: usize = 2;
 /// Letters a writing system needs in the line to count (one stray letter is not a word).
 const MIN_LETTERS: usize = 2;
+/// Writing systems other than Latin that one word glues together to be soup on its own.
+const GLUED_SYSTEMS: usize = 3;
 
 /// The writing systems `line` mixes, by name, if it is soup: at least [`MIN_SCRIPTS`] systems,
 /// and at least [`MIN_MIXED_WORDS`] words that each mix two.
@@ -45,7 +47,14 @@ pub(crate) fn mixed_scripts(line: &str) -> Option<Vec<&'static str>> {
         .filter(|word| letter_counts(word).len() >= 2)
         .collect();
     let enough = scripts.len() >= MIN_SCRIPTS || words.iter().any(|word| glues_non_latin(word));
-    (enough && words.len() >= MIN_MIXED_WORDS).then_some(scripts)
+    // One word that glues three systems, none of them Latin (`ويم三项ただしЂнят`: Arabic, Han
+    // and Cyrillic, `r10734`), is soup on its own in a line of four: no language writes that, a
+    // capitalised run (a name quoted in Chinese) counted too.
+    let glued_three = scripts.len() >= MIN_SCRIPTS
+        && words
+            .iter()
+            .any(|word| non_latin_systems(word, true) >= GLUED_SYSTEMS);
+    (enough && (words.len() >= MIN_MIXED_WORDS || glued_three)).then_some(scripts)
 }
 
 /// `word` holds runs of two letters or more of two writing systems that are not Latin. Korean
@@ -54,6 +63,12 @@ pub(crate) fn mixed_scripts(line: &str) -> Option<Vec<&'static str>> {
 /// a cased script is a name or a quoted word (`Привет是最常用的问候语`: Chinese puts no space around
 /// it); soup's fragments are cut out of words (`февра雄`).
 fn glues_non_latin(word: &str) -> bool {
+    non_latin_systems(word, false) >= 2
+}
+
+/// How many writing systems other than Latin `word` glues together, in runs of two letters or
+/// more; capitalised runs only where `names` says so.
+fn non_latin_systems(word: &str, names: bool) -> usize {
     let system = |c: char| {
         c.is_alphabetic().then(|| match writing_system(c) {
             Script::Hangul => Script::Han,
@@ -64,13 +79,13 @@ fn glues_non_latin(word: &str) -> bool {
     for run in letter_runs(word, system) {
         if run.letters >= MIN_LETTERS
             && run.script != Script::Latin
-            && !run.capitalised
+            && (names || !run.capitalised)
             && !systems.contains(&run.script)
         {
             systems.push(run.script);
         }
     }
-    systems.len() >= 2
+    systems.len()
 }
 
 /// `word` holds a run of two letters or more of one cased alphabet (Latin, Cyrillic, Greek) right
@@ -181,6 +196,20 @@ mod tests {
         let scripts = mixed_scripts(soup).expect("soup");
         assert!(scripts.len() >= 4, "{scripts:?}");
         assert!(scripts.contains(&"Cyrillic") && scripts.contains(&"Hebrew"));
+    }
+
+    #[test]
+    fn one_word_of_three_systems_not_latin_is_soup_in_a_line_of_four() {
+        // Latin glued to Han is spaced apart before the check (Chinese quoting English), so the
+        // line's only mixed word is the one of Arabic, Han (with kana) and Cyrillic.
+        let soup = "Output: emerge_bundle 超越 getIntent stoolwindows Microsystems 轶细胞 udiantes ويم三项ただしЂнят Jar";
+        let scripts = mixed_scripts(soup).expect("soup");
+        assert_eq!(scripts.len(), 4, "{scripts:?}");
+        // Two systems glued in the one word are not enough.
+        assert_eq!(
+            mixed_scripts("Output: emerge 超越 Microsystems ويم三项 Ђнят Jar"),
+            None
+        );
     }
 
     #[test]
