@@ -29,6 +29,7 @@ mod classifier;
 mod explain;
 mod fingerprint;
 mod frames;
+mod gates;
 mod lexical;
 mod line;
 mod repetition;

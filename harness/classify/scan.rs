@@ -116,7 +116,7 @@ pub(crate) fn scan<R: Read>(table: &Table, reader: R) -> io::Result<Scanned> {
         .min(MAX_WORKERS);
     if blocks.done() || workers < 2 {
         // A small log (one block), or a single core: no threads.
-        let mut scratch = table.scratch.take(table);
+        let mut scratch = table.scratch.take();
         let mut block = Some(first);
         while let Some(b) = block {
             let block_scan = scan_block(table, &b, &mut scratch);
@@ -152,7 +152,7 @@ fn parallel<R: Read>(
             let done_tx = done_tx.clone();
             let work_rx = &work_rx;
             scope.spawn(move || {
-                let mut scratch = table.scratch.take(table);
+                let mut scratch = table.scratch.take();
                 loop {
                     // Holding the lock while waiting is fine: its holder takes the next job.
                     let job = match work_rx.lock() {
@@ -302,19 +302,17 @@ impl<R: Read> Blocks<R> {
 const SILENT_ENTRIES: usize = 4096;
 const SILENT_MAX_LEN: usize = 256;
 
-/// Search caches kept from one scan to the next, a few for each worker thread. A lazy DFA grows
-/// as it meets new text, and over the whole table's alternatives growing it is most of the cost
-/// of a small log: with fresh caches every log paid for all its states (some 25 ms for a few
-/// kilobytes); kept, the next log finds part of them built (the corpus's logs, one call, 16%
-/// faster). Bounded: at most [`MAX_WORKERS`] kept.
+/// Caches kept from one scan to the next, a few for each worker thread: the quiet-prefix
+/// search's lazy DFA and the messages known to fire nothing. Kept, the next log finds them built.
+/// Bounded: at most [`MAX_WORKERS`] kept.
 #[derive(Debug, Default)]
 pub(crate) struct ScratchPool(Mutex<Vec<Scratch>>);
 
 impl ScratchPool {
     /// Caches grown by an earlier scan, or fresh ones.
-    fn take(&self, table: &Table) -> Scratch {
+    fn take(&self) -> Scratch {
         let kept = self.0.lock().ok().and_then(|mut pool| pool.pop());
-        kept.unwrap_or_else(|| Scratch::new(table))
+        kept.unwrap_or_else(Scratch::new)
     }
 
     /// How many caches are kept now.
@@ -333,41 +331,32 @@ impl ScratchPool {
     }
 }
 
-/// One thread's search caches for the raw-line prefilters, kept from block to block.
+/// One thread's caches for the raw-line prefilter, kept from block to block.
 #[derive(Debug)]
 struct Scratch {
-    all: regex_automata::hybrid::dfa::Cache,
-    any_level: regex_automata::hybrid::dfa::Cache,
     quiet: line::QuietCache,
-    /// Messages (what follows a quiet prefix) no `any-level` rule's relaxed pattern matches.
-    /// Whether one does depends on the message's bytes alone, and a warning-heavy log repeats its
-    /// messages (every rank prints every warning), so most are looked up rather than searched.
+    /// Messages (what follows a quiet prefix) already examined that fired no rule. What fires on
+    /// one depends on the message's bytes alone, and a warning-heavy log repeats its messages
+    /// (every rank prints every warning), so most are looked up rather than cleaned and matched.
     silent: HashSet<Box<[u8]>>,
 }
 
 impl Scratch {
-    fn new(table: &Table) -> Scratch {
+    fn new() -> Scratch {
         Scratch {
-            all: table.raw_all.cache(),
-            any_level: table.raw_any_level.cache(),
             quiet: line::QuietCache::new(),
             silent: HashSet::new(),
         }
     }
 
-    /// Whether no `any-level` rule can fire on a quiet line's message.
-    fn silent(&mut self, table: &Table, message: &[u8]) -> bool {
-        if self.silent.contains(message) {
-            return true;
-        }
-        let silent = !table.raw_any_level.is_match(&mut self.any_level, message);
-        if silent && message.len() <= SILENT_MAX_LEN {
+    /// Remembers a quiet line's message that fired no rule.
+    fn remember_silent(&mut self, message: &[u8]) {
+        if message.len() <= SILENT_MAX_LEN {
             if self.silent.len() >= SILENT_ENTRIES {
                 self.silent.clear();
             }
             self.silent.insert(message.into());
         }
-        silent
     }
 }
 
@@ -433,23 +422,44 @@ fn scan_block(table: &Table, block: &[u8], scratch: &mut Scratch) -> BlockScan {
     }
 }
 
-/// Whether no rule can fire on a raw line, decided without cleaning it (the second prefilter).
-/// Only plain lines are decided here: their cleaned text is a piece of the raw line, so a rule
-/// whose relaxed pattern does not match the raw line cannot match the cleaned one. A line whose
-/// prefix surely makes it quiet (WARNING/INFO/DEBUG) can only fire `any-level` rules, and its
-/// cleaned text is a piece of what follows that prefix, so only that part is searched.
-fn surely_nothing(table: &Table, raw: &[u8], block_plain: bool, scratch: &mut Scratch) -> bool {
+/// What the raw line says before it is cleaned (the second prefilter).
+enum Raw {
+    /// No rule can fire on it.
+    Nothing,
+    /// A plain line with a quiet prefix (WARNING/INFO/DEBUG) that ends here: only `any-level`
+    /// rules can fire, on what follows.
+    Quiet(usize),
+    /// Clean it and match the rules its words gate.
+    Examine,
+}
+
+/// Decides what it can of a raw line without cleaning it. Only plain lines are decided: their
+/// cleaned text is a piece of the raw line, so a rule that none of the raw line's words gate
+/// cannot fire on the cleaned one. A line whose prefix surely makes it quiet can only fire
+/// `any-level` rules, and its cleaned text is a piece of what follows that prefix, so only that
+/// part is looked at.
+fn raw_prefilter(table: &Table, raw: &[u8], block_plain: bool, scratch: &mut Scratch) -> Raw {
     let plain = if block_plain {
         line::is_plain_ascii(raw)
     } else {
         line::is_plain(raw)
     };
     if !plain {
-        return false;
+        return Raw::Examine;
     }
     match line::quiet_prefix(raw, &mut scratch.quiet) {
-        Some(end) => scratch.silent(table, &raw[end..]),
-        None => !table.raw_all.is_match(&mut scratch.all, raw),
+        Some(end) => {
+            let message = &raw[end..];
+            if scratch.silent.contains(message)
+                || !table.any_candidate(message, |rule| rule.any_level)
+            {
+                Raw::Nothing
+            } else {
+                Raw::Quiet(end)
+            }
+        }
+        None if table.any_candidate(raw, |_| true) => Raw::Examine,
+        None => Raw::Nothing,
     }
 }
 
@@ -461,11 +471,23 @@ fn examine(
     block_plain: bool,
     scratch: &mut Scratch,
 ) -> Option<(Cleaned, Vec<usize>)> {
-    if raw.starts_with(crate::exec::logsink::NOTE_PREFIX.as_bytes())
-        || surely_nothing(table, raw, block_plain, scratch)
-    {
+    if raw.starts_with(crate::exec::logsink::NOTE_PREFIX.as_bytes()) {
         return None;
     }
+    let quiet = match raw_prefilter(table, raw, block_plain, scratch) {
+        Raw::Nothing => return None,
+        Raw::Quiet(end) => Some(end),
+        Raw::Examine => None,
+    };
+    let found = matched_rules(table, raw);
+    if let (None, Some(end)) = (&found, quiet) {
+        scratch.remember_silent(&raw[end..]);
+    }
+    found
+}
+
+/// The rules that fire on a raw line once it is cleaned (level and `unless` applied).
+fn matched_rules(table: &Table, raw: &[u8]) -> Option<(Cleaned, Vec<usize>)> {
     // A long line of carriage-return redraws (a progress bar) shows only its last redraw on a
     // terminal, and that is where a crash lands: look there, not at the line's head.
     let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
@@ -482,12 +504,12 @@ fn examine(
     if code && !table.any_code {
         return None;
     }
-    let matched = table.set.matches(&cleaned.text);
-    if !matched.matched_any() {
+    let matched = table.matching(&cleaned.text);
+    if matched.is_empty() {
         return None;
     }
     let rules: Vec<usize> = matched
-        .iter()
+        .into_iter()
         .filter(|&index| {
             let rule = &table.rules[index];
             (!code || rule.code)
