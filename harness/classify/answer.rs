@@ -5,8 +5,10 @@
 //! responses pasted from curl (`r10503`, `r6806`) print it so. Looked for in the last lines only,
 //! and only where no line of the log names a failure.
 
-/// Lines the opener, the role and the empty text may be apart by (one key a line).
+/// Lines the opener and the role may be above the empty text (one key a line).
 const REACH: usize = 4;
+/// Lines the rest of the message may run below it (tool calls, refusal, annotations, audio).
+const BELOW: usize = 40;
 
 /// The index in `lines` (each trimmed of prefixes) of the `"content": ""` line of an assistant
 /// message that holds no text, no tool call and no thinking: an answer of nothing. A streamed
@@ -15,29 +17,66 @@ const REACH: usize = 4;
 pub(crate) fn empty_message(lines: &[&str]) -> Option<usize> {
     (0..lines.len()).find(|&i| {
         is_empty_content(lines[i]) && {
-            let (before, after) = object_around(lines, i);
+            let (before, after, end) = object_around(lines, i);
             opens_message(before.first().copied())
                 && before.iter().chain(after).any(|l| is_assistant(l))
                 && !after.iter().chain(before).any(|l| does_something_else(l))
+                && !closes_stream(&lines[end.min(lines.len())..])
         }
     })
 }
 
-/// The keys above line `i` back to its object's opener (the opener first), and those below it
-/// up to the object's end, each at most [`REACH`] lines away.
-fn object_around<'a>(lines: &'a [&'a str], i: usize) -> (&'a [&'a str], &'a [&'a str]) {
+/// The keys above line `i` back to its object's opener (the opener first, at most [`REACH`]
+/// lines up), the lines below it down to the object's closing brace (nested lists and objects
+/// walked through, at most [`BELOW`] lines), and the index of the line after that brace.
+fn object_around<'a>(lines: &'a [&'a str], i: usize) -> (&'a [&'a str], &'a [&'a str], usize) {
     let from = (i.saturating_sub(REACH)..i)
         .rev()
         .find(|&j| lines[j].trim_end().ends_with('{'))
         .unwrap_or(i);
-    let end = lines.len().min(i + 1 + REACH);
-    let to = (i + 1..end)
-        .find(|&j| lines[j].trim_start().starts_with('}'))
-        .unwrap_or(end);
-    (&lines[from..i], &lines[i + 1..to])
+    let end = lines.len().min(i + 1 + BELOW);
+    let mut depth = 0i32;
+    let mut to = end;
+    for (j, line) in lines.iter().enumerate().take(end).skip(i + 1) {
+        let line = line.trim();
+        if depth == 0 && line.starts_with('}') {
+            to = j;
+            break;
+        }
+        depth += nesting(line);
+    }
+    (&lines[from..i], &lines[i + 1..to], to + 1)
 }
 
-/// `"content": ""` (or Python's repr, `'content': ''`) alone on its line.
+/// How much deeper a line leaves the JSON it is part of: brackets opened less those closed,
+/// outside strings.
+fn nesting(line: &str) -> i32 {
+    let mut depth = 0;
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in line.chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_string => escaped = true,
+            '"' => in_string = !in_string,
+            '{' | '[' if !in_string => depth += 1,
+            '}' | ']' if !in_string => depth -= 1,
+            _ => {}
+        }
+    }
+    depth
+}
+
+/// Ollama ends every stream with a chunk whose message is empty and `"done": true` beside it:
+/// the end of a good answer, not an empty one.
+fn closes_stream(after: &[&str]) -> bool {
+    after
+        .iter()
+        .take(3)
+        .any(|l| matches!(key_value(l), Some(("done", "true"))))
+}
+
+/// `"content": ""` (or with single quotes, `'content': ''`) alone on its line.
 fn is_empty_content(line: &str) -> bool {
     matches!(key_value(line), Some(("content", "\"\"" | "''")))
 }
@@ -60,12 +99,14 @@ fn is_assistant(line: &str) -> bool {
 }
 
 /// A key that gives the message something other than text: tool calls (a list that opens with
-/// an item), a function call, or a thinking part with words.
+/// an item), a function call, or a thinking or reasoning part with words.
 fn does_something_else(line: &str) -> bool {
     match key_value(line) {
         Some(("tool_calls", value)) => value.starts_with('[') && value != "[]",
         Some(("function_call", value)) => value.starts_with('{'),
-        Some(("thinking", value)) => value.len() > 2 && value != "null",
+        Some(("thinking" | "reasoning" | "reasoning_content" | "reasoning_text", value)) => {
+            value.len() > 2 && value != "null"
+        }
         _ => false,
     }
 }
@@ -123,6 +164,11 @@ mod tests {
             // A message that calls a tool has no text by design.
             "\"message\": {\n\"role\": \"assistant\",\n\"content\": \"\",\n\"tool_calls\": [\n{",
             "\"message\": {\n\"role\": \"assistant\",\n\"content\": \"\",\n\"thinking\": \"Okay, the user\"\n}",
+            "\"message\": {\n\"role\": \"assistant\",\n\"content\": \"\",\n\"reasoning_content\": \"Okay\"\n}",
+            // Tool calls below other keys of the message (vLLM, the OpenAI SDK).
+            "\"message\": {\n\"role\": \"assistant\",\n\"content\": \"\",\n\"refusal\": null,\n\"annotations\": null,\n\"audio\": null,\n\"function_call\": null,\n\"tool_calls\": [\n{\n\"id\": \"chatcmpl-tool-1\"\n}\n]\n},",
+            // Ollama's last stream chunk.
+            "{\n\"model\": \"llama3\",\n\"message\": {\n\"role\": \"assistant\",\n\"content\": \"\"\n},\n\"done\": true\n}",
             // Content with text.
             "\"message\": {\n\"role\": \"assistant\",\n\"content\": \"Paris.\"\n}",
         ] {

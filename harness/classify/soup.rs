@@ -48,8 +48,8 @@ pub(crate) fn mixed_scripts(line: &str) -> Option<Vec<&'static str>> {
         .collect();
     let enough = scripts.len() >= MIN_SCRIPTS || words.iter().any(|word| glues_non_latin(word));
     // One word that glues three systems, none of them Latin (`ويم三项ただしЂнят`: Arabic, Han
-    // and Cyrillic, `r10734`), is soup on its own in a line of four: no language writes that, a
-    // capitalised run (a name quoted in Chinese) counted too.
+    // and Cyrillic, `r10734`), is soup on its own in a line of four: no language writes that. One
+    // capitalised run (a name quoted in Chinese, `在俄语中Москва叫莫斯科`) counts, not two.
     let glued_three = scripts.len() >= MIN_SCRIPTS
         && words
             .iter()
@@ -67,7 +67,7 @@ fn glues_non_latin(word: &str) -> bool {
 }
 
 /// How many writing systems other than Latin `word` glues together, in runs of two letters or
-/// more; capitalised runs only where `names` says so.
+/// more; a capitalised run (a name) only where `names` says so, and then one at most.
 fn non_latin_systems(word: &str, names: bool) -> usize {
     let system = |c: char| {
         c.is_alphabetic().then(|| match writing_system(c) {
@@ -76,12 +76,14 @@ fn non_latin_systems(word: &str, names: bool) -> usize {
         })
     };
     let mut systems: Vec<Script> = Vec::new();
+    let mut named = false;
     for run in letter_runs(word, system) {
         if run.letters >= MIN_LETTERS
             && run.script != Script::Latin
-            && (names || !run.capitalised)
+            && (!run.capitalised || (names && !named))
             && !systems.contains(&run.script)
         {
+            named |= run.capitalised;
             systems.push(run.script);
         }
     }
@@ -205,6 +207,11 @@ mod tests {
         let soup = "Output: emerge_bundle 超越 getIntent stoolwindows Microsystems 轶细胞 udiantes ويم三项ただしЂнят Jar";
         let scripts = mixed_scripts(soup).expect("soup");
         assert_eq!(scripts.len(), 4, "{scripts:?}");
+        // Two names in Chinese are no soup.
+        assert_eq!(
+            mixed_scripts("Answer: 在俄语中Москва叫莫斯科，希腊语Αθήνα是雅典 in English"),
+            None
+        );
         // Two systems glued in the one word are not enough.
         assert_eq!(
             mixed_scripts("Output: emerge 超越 Microsystems ويم三项 Ђнят Jar"),
