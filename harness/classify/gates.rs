@@ -93,6 +93,34 @@ pub(crate) fn parse_ascii(pattern: &str) -> Result<Hir, Box<regex_syntax::Error>
         .map_err(Box::new)
 }
 
+/// `pattern` with every look-around (anchors, word boundaries) replaced by the empty match, every
+/// bounded repetition left unbounded and no capture groups, parsed byte by byte with ASCII
+/// semantics: it matches everywhere the original does, and in more places, so a plain raw line it
+/// does not match cannot hold a cleaned line the original matches. Checked on the raw line before
+/// the line is cleaned: most lines whose words gate a rule are dropped there.
+pub(crate) fn relaxed(pattern: &str) -> Result<String, Box<regex_syntax::Error>> {
+    fn strip(hir: Hir) -> Hir {
+        match hir.into_kind() {
+            HirKind::Look(_) => Hir::empty(),
+            HirKind::Repetition(mut rep) => {
+                rep.sub = Box::new(strip(*rep.sub));
+                if rep.max.is_some_and(|max| max > rep.min) {
+                    rep.max = None;
+                }
+                Hir::repetition(rep)
+            }
+            HirKind::Capture(cap) => strip(*cap.sub),
+            HirKind::Concat(subs) => Hir::concat(subs.into_iter().map(strip).collect()),
+            HirKind::Alternation(subs) => Hir::alternation(subs.into_iter().map(strip).collect()),
+            HirKind::Empty => Hir::empty(),
+            HirKind::Literal(lit) => Hir::literal(lit.0),
+            HirKind::Class(class) => Hir::class(class),
+        }
+    }
+    let hir = parse_ascii(pattern)?;
+    Ok(strip(hir).to_string())
+}
+
 /// Words of `words` such that every text `hir` matches holds one of them, or `None`.
 pub(crate) fn witness(hir: &Hir, words: &[Vec<u8>]) -> Option<BTreeSet<usize>> {
     if let Some(texts) = texts(hir) {
@@ -202,7 +230,19 @@ pub(crate) fn product(heads: &[Vec<u8>], tails: &[Vec<u8>]) -> Option<Vec<Vec<u8
 
 #[cfg(test)]
 mod tests {
-    use super::gates;
+    use super::{gates, relaxed};
+
+    /// The raw prefilter's form of a pattern: looser everywhere, never stricter.
+    #[test]
+    fn relaxed_patterns_drop_bounds_groups_and_anchors() {
+        let relaxed = relaxed(r"^error(?:: )?(\w+).{0,3}memory\b").expect("relaxes");
+        assert!(!relaxed.contains('{'), "{relaxed}");
+        let re = regex::bytes::Regex::new(&relaxed).expect("compiles");
+        assert_eq!(re.captures_len(), 1, "only the whole match: {relaxed}");
+        assert!(re.is_match(b"x: error: cuda out of memory"));
+        assert!(re.is_match(b"error: cuda ran on and on and out of memoryless"));
+        assert!(!re.is_match(b"memory error"));
+    }
 
     fn gated(pattern: &str, triggers: &[&str]) -> Option<Vec<String>> {
         let triggers: Vec<String> = triggers.iter().map(|w| (*w).to_owned()).collect();

@@ -5,7 +5,7 @@
 //! validates and compiles it. Its tests run every rule's examples through the whole classifier.
 
 use super::ClassifyError;
-use super::gates::{Gates, gates};
+use super::gates::{Gates, gates, relaxed};
 use super::scan::ScratchPool;
 use crate::matrix::UserRule;
 use crate::signature::Signature;
@@ -174,9 +174,37 @@ pub(crate) struct Table {
     pub(crate) ungated: Vec<usize>,
     /// Each rule's own pattern, compiled the first time a line's words call for it.
     pub(crate) matchers: Vec<OnceLock<Option<Regex>>>,
+    /// Each rule's relaxed pattern (`gates::relaxed`), for plain raw lines, compiled when first
+    /// needed.
+    loose: Vec<OnceLock<Loose>>,
+    /// For each trigger word, the relaxed patterns of the `any-level` rules it gates as one regex
+    /// (what a quiet line can fire; quiet lines come by the thousand, alike but for numbers).
+    loose_quiet: Vec<OnceLock<Loose>>,
+    /// The same for the `any-level` rules no word gates.
+    loose_quiet_ungated: OnceLock<Loose>,
     patterns: Vec<String>,
     /// The scan workers' caches, kept from one scan to the next.
     pub(crate) scratch: ScratchPool,
+}
+
+/// What a group of rules' relaxed patterns says of a raw line.
+#[derive(Debug)]
+pub(crate) enum Loose {
+    /// No rule in the group: none can fire.
+    Never,
+    /// A pattern that could not be relaxed or compiled: any may.
+    Always,
+    Regex(regex::bytes::Regex),
+}
+
+impl Loose {
+    fn is_match(&self, raw: &[u8]) -> bool {
+        match self {
+            Loose::Never => false,
+            Loose::Always => true,
+            Loose::Regex(re) => re.is_match(raw),
+        }
+    }
 }
 
 /// The first-stage prefilter: the trigger words (Aho-Corasick, ASCII case-insensitive, plus the
@@ -303,6 +331,8 @@ impl Table {
         }
         let matchers: Vec<OnceLock<Option<Regex>>> =
             (0..rules.len()).map(|_| OnceLock::new()).collect();
+        let loose = (0..rules.len()).map(|_| OnceLock::new()).collect();
+        let loose_quiet = (0..words.len()).map(|_| OnceLock::new()).collect();
         for (index, r) in user.iter().enumerate() {
             let _ = matchers[index].set(compile_one(&rules[index].id, &r.pattern).ok());
         }
@@ -321,6 +351,9 @@ impl Table {
             gated,
             ungated,
             matchers,
+            loose,
+            loose_quiet,
+            loose_quiet_ungated: OnceLock::new(),
             patterns,
             scratch: ScratchPool::default(),
         })
@@ -348,14 +381,63 @@ impl Table {
         out
     }
 
-    /// Whether some rule that `keep` keeps may fire on `text` ([`Table::candidates`]).
-    pub(crate) fn any_candidate(&self, text: &[u8], keep: impl Fn(&Rule) -> bool) -> bool {
-        self.ungated.iter().any(|&i| keep(&self.rules[i]))
-            || self.gate.find_overlapping_iter(text).any(|found| {
-                self.gated[found.pattern().as_usize()]
-                    .iter()
-                    .any(|&i| keep(&self.rules[i]))
-            })
+    /// Whether some rule may fire on a plain raw line once it is cleaned: the raw text's words
+    /// gate it, and its relaxed pattern matches the raw text (the cleaned line is a piece of it).
+    /// Each rule is tried on its own: a log's failure lines vary, and one automaton of many
+    /// rules builds states for each new line.
+    pub(crate) fn may_fire(&self, raw: &[u8]) -> bool {
+        self.candidates(raw, |_| true)
+            .into_iter()
+            .any(|i| self.loose_of(&self.loose[i], &[i], false).is_match(raw))
+    }
+
+    /// Whether some `any-level` rule may fire on a quiet line's message, as [`Table::may_fire`]
+    /// asks, with the relaxed patterns of the rules one word gates searched as one regex: quiet
+    /// lines repeat but for their numbers, and a warm automaton reads them at once.
+    pub(crate) fn may_fire_quiet(&self, message: &[u8]) -> bool {
+        let ungated = self.loose_of(&self.loose_quiet_ungated, &self.ungated, true);
+        if ungated.is_match(message) {
+            return true;
+        }
+        let mut words: Vec<usize> = self
+            .gate
+            .find_overlapping_iter(message)
+            .map(|found| found.pattern().as_usize())
+            .collect();
+        words.sort_unstable();
+        words.dedup();
+        words.into_iter().any(|w| {
+            self.loose_of(&self.loose_quiet[w], &self.gated[w], true)
+                .is_match(message)
+        })
+    }
+
+    /// The relaxed patterns of `rules` (the `any-level` ones only, where `any_level` says so) as
+    /// one regex, built the first time it is asked for.
+    fn loose_of<'a>(
+        &self,
+        cell: &'a OnceLock<Loose>,
+        rules: &[usize],
+        any_level: bool,
+    ) -> &'a Loose {
+        cell.get_or_init(|| {
+            let patterns: Option<Vec<String>> = rules
+                .iter()
+                .filter(|&&i| !any_level || self.rules[i].any_level)
+                .map(|&i| relaxed(&self.patterns[i]).ok().map(|p| format!("(?:{p})")))
+                .collect();
+            match patterns {
+                // A pattern that cannot be relaxed (a matrix rule's odd syntax) matches every line.
+                None => Loose::Always,
+                Some(p) if p.is_empty() => Loose::Never,
+                Some(p) => regex::bytes::RegexBuilder::new(&p.join("|"))
+                    .unicode(false)
+                    .size_limit(SIZE_LIMIT)
+                    .dfa_size_limit(DFA_SIZE_LIMIT)
+                    .build()
+                    .map_or(Loose::Always, Loose::Regex),
+            }
+        })
     }
 
     /// The rules whose patterns match `text` (a cleaned line), in table order.
@@ -650,6 +732,25 @@ mod tests {
             "redundant trigger words:\n{}",
             held.join("\n")
         );
+    }
+
+    /// The raw-line prefilter is only as good as its weakest pattern: one that cannot be relaxed
+    /// would match every line.
+    #[test]
+    fn every_pattern_relaxes_for_the_raw_prefilter() {
+        let file = parse_builtin().expect("rules.toml parses");
+        for rule in &file.rules {
+            let relaxed = relaxed(&rule.pattern).unwrap_or_else(|e| panic!("{}: {e}", rule.id));
+            let re = regex::bytes::RegexBuilder::new(&relaxed)
+                .unicode(false)
+                .build()
+                .unwrap_or_else(|e| panic!("{}: {e}", rule.id));
+            for example in &rule.examples {
+                if example.is_ascii() {
+                    assert!(re.is_match(example.as_bytes()), "{}: {example}", rule.id);
+                }
+            }
+        }
     }
 
     /// Every way a pattern can match must hold a trigger word, since the scan skips lines

@@ -434,8 +434,9 @@ enum Raw {
 }
 
 /// Decides what it can of a raw line without cleaning it. Only plain lines are decided: their
-/// cleaned text is a piece of the raw line, so a rule that none of the raw line's words gate
-/// cannot fire on the cleaned one. A line whose prefix surely makes it quiet can only fire
+/// cleaned text is a piece of the raw line, so a rule that none of the raw line's words gate, or
+/// whose relaxed pattern does not match the raw line, cannot fire on the cleaned one. A line
+/// whose prefix surely makes it quiet can only fire
 /// `any-level` rules, and its cleaned text is a piece of what follows that prefix, so only that
 /// part is looked at.
 fn raw_prefilter(table: &Table, raw: &[u8], block_plain: bool, scratch: &mut Scratch) -> Raw {
@@ -450,15 +451,13 @@ fn raw_prefilter(table: &Table, raw: &[u8], block_plain: bool, scratch: &mut Scr
     match line::quiet_prefix(raw, &mut scratch.quiet) {
         Some(end) => {
             let message = &raw[end..];
-            if scratch.silent.contains(message)
-                || !table.any_candidate(message, |rule| rule.any_level)
-            {
+            if scratch.silent.contains(message) || !table.may_fire_quiet(message) {
                 Raw::Nothing
             } else {
                 Raw::Quiet(end)
             }
         }
-        None if table.any_candidate(raw, |_| true) => Raw::Examine,
+        None if table.may_fire(raw) => Raw::Examine,
         None => Raw::Nothing,
     }
 }
