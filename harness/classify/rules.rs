@@ -11,6 +11,8 @@ use crate::matrix::UserRule;
 use crate::signature::Signature;
 use aho_corasick::{AhoCorasick, AhoCorasickKind};
 use regex::{Regex, RegexBuilder};
+use regex_automata::nfa::thompson;
+use regex_automata::{MatchKind, hybrid};
 use serde::Deserialize;
 use std::cmp::Reverse;
 use std::fmt;
@@ -177,22 +179,75 @@ pub(crate) struct Table {
     /// Each rule's relaxed pattern (`gates::relaxed`), for plain raw lines, compiled when first
     /// needed.
     loose: Vec<OnceLock<Loose>>,
-    /// For each trigger word, the relaxed patterns of the `any-level` rules it gates as one regex
-    /// (what a quiet line can fire; quiet lines come by the thousand, alike but for numbers).
-    loose_quiet: Vec<OnceLock<Loose>>,
-    /// The same for the `any-level` rules no word gates.
-    loose_quiet_ungated: OnceLock<Loose>,
+    /// The relaxed patterns of every `any-level` rule (what a quiet line can fire) as one lazy
+    /// DFA, built when a quiet line first needs it: quiet lines come by the thousand, alike but
+    /// for their numbers, and one warm automaton reads them at once. `None`: some pattern could
+    /// not be relaxed, and every quiet line is examined.
+    raw_quiet: OnceLock<Option<RawSet>>,
     patterns: Vec<String>,
     /// The scan workers' caches, kept from one scan to the next.
     pub(crate) scratch: ScratchPool,
 }
 
-/// What a group of rules' relaxed patterns says of a raw line.
+/// Lazy-DFA cache of the quiet-line set, per scan worker, kept between logs. At 4 MiB the variety
+/// of real healthy logs overflowed it again and again (`benches/classify.rs`, `healthy-logs`).
+const RAW_DFA_SIZE_LIMIT: usize = 16 << 20;
+
+/// One raw-line set of patterns already relaxed (see [`relaxed`]).
+fn relaxed_set<P: AsRef<str>>(patterns: &[P]) -> Result<RawSet, ClassifyError> {
+    let syntax = regex_automata::util::syntax::Config::new()
+        .unicode(false)
+        .utf8(false);
+    // A lazy DFA on its own rather than the `meta` engine, for one setting: the meta engine's
+    // lazy DFA gives up after three cache clears that built a state every few bytes, and falls
+    // back to an NFA simulation 70 to 200 times slower for as long as the cache lives; the
+    // caches live from one log to the next (`scan::ScratchPool`). Here a full cache is cleared
+    // and rebuilt, never abandoned.
+    let config = hybrid::dfa::Config::new()
+        .match_kind(MatchKind::All)
+        .cache_capacity(RAW_DFA_SIZE_LIMIT)
+        .minimum_cache_clear_count(None);
+    hybrid::dfa::Builder::new()
+        .syntax(syntax)
+        .thompson(thompson::Config::new().nfa_size_limit(Some(SIZE_LIMIT)))
+        .configure(config)
+        .build_many(patterns)
+        .map(RawSet)
+        .map_err(|err| ClassifyError::Set {
+            source: regex::Error::Syntax(err.to_string()),
+        })
+}
+
+/// Relaxed patterns for raw lines, searched with a cache the caller keeps: each scan worker has
+/// its own, where the `regex` crate's shared pool would make every thread but its first one take
+/// a lock per line.
+pub(crate) struct RawSet(hybrid::dfa::DFA);
+
+impl RawSet {
+    pub(crate) fn cache(&self) -> hybrid::dfa::Cache {
+        self.0.create_cache()
+    }
+
+    /// Whether some pattern matches somewhere in `raw`; `cache` must come from [`RawSet::cache`]
+    /// of this set. A search the lazy DFA cannot finish (it has no quit bytes and never gives up,
+    /// so this is not expected) answers yes: the line is then examined, never skipped.
+    pub(crate) fn is_match(&self, cache: &mut hybrid::dfa::Cache, raw: &[u8]) -> bool {
+        self.0
+            .try_search_fwd(cache, &regex_automata::Input::new(raw).earliest(true))
+            .map_or(true, |found| found.is_some())
+    }
+}
+
+impl fmt::Debug for RawSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RawSet")
+    }
+}
+
+/// What a rule's relaxed pattern says of a raw line.
 #[derive(Debug)]
 pub(crate) enum Loose {
-    /// No rule in the group: none can fire.
-    Never,
-    /// A pattern that could not be relaxed or compiled: any may.
+    /// A pattern that could not be relaxed or compiled: the rule may fire on any line.
     Always,
     Regex(regex::bytes::Regex),
 }
@@ -200,7 +255,6 @@ pub(crate) enum Loose {
 impl Loose {
     fn is_match(&self, raw: &[u8]) -> bool {
         match self {
-            Loose::Never => false,
             Loose::Always => true,
             Loose::Regex(re) => re.is_match(raw),
         }
@@ -332,7 +386,6 @@ impl Table {
         let matchers: Vec<OnceLock<Option<Regex>>> =
             (0..rules.len()).map(|_| OnceLock::new()).collect();
         let loose = (0..rules.len()).map(|_| OnceLock::new()).collect();
-        let loose_quiet = (0..words.len()).map(|_| OnceLock::new()).collect();
         for (index, r) in user.iter().enumerate() {
             let _ = matchers[index].set(compile_one(&rules[index].id, &r.pattern).ok());
         }
@@ -352,8 +405,7 @@ impl Table {
             ungated,
             matchers,
             loose,
-            loose_quiet,
-            loose_quiet_ungated: OnceLock::new(),
+            raw_quiet: OnceLock::new(),
             patterns,
             scratch: ScratchPool::default(),
         })
@@ -388,55 +440,38 @@ impl Table {
     pub(crate) fn may_fire(&self, raw: &[u8]) -> bool {
         self.candidates(raw, |_| true)
             .into_iter()
-            .any(|i| self.loose_of(&self.loose[i], &[i], false).is_match(raw))
+            .any(|i| self.loose_of(&self.loose[i], i).is_match(raw))
     }
 
-    /// Whether some `any-level` rule may fire on a quiet line's message, as [`Table::may_fire`]
-    /// asks, with the relaxed patterns of the rules one word gates searched as one regex: quiet
-    /// lines repeat but for their numbers, and a warm automaton reads them at once.
-    pub(crate) fn may_fire_quiet(&self, message: &[u8]) -> bool {
-        let ungated = self.loose_of(&self.loose_quiet_ungated, &self.ungated, true);
-        if ungated.is_match(message) {
-            return true;
-        }
-        let mut words: Vec<usize> = self
-            .gate
-            .find_overlapping_iter(message)
-            .map(|found| found.pattern().as_usize())
-            .collect();
-        words.sort_unstable();
-        words.dedup();
-        words.into_iter().any(|w| {
-            self.loose_of(&self.loose_quiet[w], &self.gated[w], true)
-                .is_match(message)
-        })
+    /// The set of every `any-level` rule's relaxed pattern, for quiet lines ([`Table::raw_quiet`]).
+    pub(crate) fn raw_quiet(&self) -> Option<&RawSet> {
+        self.raw_quiet
+            .get_or_init(|| {
+                let patterns: Option<Vec<String>> = self
+                    .rules
+                    .iter()
+                    .zip(&self.patterns)
+                    .filter(|(rule, _)| rule.any_level)
+                    .map(|(_, pattern)| relaxed(pattern).ok())
+                    .collect();
+                relaxed_set(&patterns?).ok()
+            })
+            .as_ref()
     }
 
-    /// The relaxed patterns of `rules` (the `any-level` ones only, where `any_level` says so) as
-    /// one regex, built the first time it is asked for.
-    fn loose_of<'a>(
-        &self,
-        cell: &'a OnceLock<Loose>,
-        rules: &[usize],
-        any_level: bool,
-    ) -> &'a Loose {
+    /// Rule `index`'s relaxed pattern, compiled the first time it is asked for.
+    fn loose_of<'a>(&self, cell: &'a OnceLock<Loose>, index: usize) -> &'a Loose {
         cell.get_or_init(|| {
-            let patterns: Option<Vec<String>> = rules
-                .iter()
-                .filter(|&&i| !any_level || self.rules[i].any_level)
-                .map(|&i| relaxed(&self.patterns[i]).ok().map(|p| format!("(?:{p})")))
-                .collect();
-            match patterns {
-                // A pattern that cannot be relaxed (a matrix rule's odd syntax) matches every line.
-                None => Loose::Always,
-                Some(p) if p.is_empty() => Loose::Never,
-                Some(p) => regex::bytes::RegexBuilder::new(&p.join("|"))
-                    .unicode(false)
-                    .size_limit(SIZE_LIMIT)
-                    .dfa_size_limit(DFA_SIZE_LIMIT)
-                    .build()
-                    .map_or(Loose::Always, Loose::Regex),
-            }
+            // A pattern that cannot be relaxed (a matrix rule's odd syntax) matches every line.
+            relaxed(&self.patterns[index])
+                .ok()
+                .map_or(Loose::Always, |pattern| {
+                    regex::bytes::RegexBuilder::new(&pattern)
+                        .unicode(false)
+                        .size_limit(SIZE_LIMIT)
+                        .build()
+                        .map_or(Loose::Always, Loose::Regex)
+                })
         })
     }
 

@@ -335,28 +335,55 @@ impl ScratchPool {
 #[derive(Debug)]
 struct Scratch {
     quiet: line::QuietCache,
+    /// The search cache of the table's quiet-line set, made when a quiet line first needs it.
+    quiet_set: Option<regex_automata::hybrid::dfa::Cache>,
     /// Messages (what follows a quiet prefix) already examined that fired no rule. What fires on
     /// one depends on the message's bytes alone, and a warning-heavy log repeats its messages
     /// (every rank prints every warning), so most are looked up rather than cleaned and matched.
     silent: HashSet<Box<[u8]>>,
+    /// Plain lines with no quiet prefix known to fire no rule, whole: a log prints many of its
+    /// lines again and again (progress, the same notice on every rank, a restarted engine).
+    silent_lines: HashSet<Box<[u8]>>,
 }
 
 impl Scratch {
     fn new() -> Scratch {
         Scratch {
             quiet: line::QuietCache::new(),
+            quiet_set: None,
             silent: HashSet::new(),
+            silent_lines: HashSet::new(),
         }
+    }
+
+    /// Whether some `any-level` rule may fire on a quiet line's message: its relaxed pattern
+    /// matches it (all of them searched as one set, with this worker's cache).
+    fn may_fire_quiet(&mut self, table: &Table, message: &[u8]) -> bool {
+        let Some(set) = table.raw_quiet() else {
+            return true;
+        };
+        let cache = self.quiet_set.get_or_insert_with(|| set.cache());
+        set.is_match(cache, message)
     }
 
     /// Remembers a quiet line's message that fired no rule.
     fn remember_silent(&mut self, message: &[u8]) {
-        if message.len() <= SILENT_MAX_LEN {
-            if self.silent.len() >= SILENT_ENTRIES {
-                self.silent.clear();
-            }
-            self.silent.insert(message.into());
+        remember(&mut self.silent, message);
+    }
+
+    /// Remembers a plain line with no quiet prefix that fired no rule.
+    fn remember_silent_line(&mut self, line: &[u8]) {
+        remember(&mut self.silent_lines, line);
+    }
+}
+
+/// Adds `text` to a bounded set of texts that fire nothing.
+fn remember(set: &mut HashSet<Box<[u8]>>, text: &[u8]) {
+    if text.len() <= SILENT_MAX_LEN {
+        if set.len() >= SILENT_ENTRIES {
+            set.clear();
         }
+        set.insert(text.into());
     }
 }
 
@@ -429,8 +456,9 @@ enum Raw {
     /// A plain line with a quiet prefix (WARNING/INFO/DEBUG) that ends here: only `any-level`
     /// rules can fire, on what follows.
     Quiet(usize),
-    /// Clean it and match the rules its words gate.
-    Examine,
+    /// Clean it and match the rules its words gate; `true`: a plain line, whose result depends
+    /// on its bytes alone (remembered where nothing fires).
+    Examine(bool),
 }
 
 /// Decides what it can of a raw line without cleaning it. Only plain lines are decided: their
@@ -446,19 +474,23 @@ fn raw_prefilter(table: &Table, raw: &[u8], block_plain: bool, scratch: &mut Scr
         line::is_plain(raw)
     };
     if !plain {
-        return Raw::Examine;
+        return Raw::Examine(false);
     }
     match line::quiet_prefix(raw, &mut scratch.quiet) {
         Some(end) => {
             let message = &raw[end..];
-            if scratch.silent.contains(message) || !table.may_fire_quiet(message) {
+            if scratch.silent.contains(message) || !scratch.may_fire_quiet(table, message) {
                 Raw::Nothing
             } else {
                 Raw::Quiet(end)
             }
         }
-        None if table.may_fire(raw) => Raw::Examine,
-        None => Raw::Nothing,
+        None if scratch.silent_lines.contains(raw) => Raw::Nothing,
+        None if table.may_fire(raw) => Raw::Examine(true),
+        None => {
+            scratch.remember_silent_line(raw);
+            Raw::Nothing
+        }
     }
 }
 
@@ -473,14 +505,17 @@ fn examine(
     if raw.starts_with(crate::exec::logsink::NOTE_PREFIX.as_bytes()) {
         return None;
     }
-    let quiet = match raw_prefilter(table, raw, block_plain, scratch) {
+    let decided = raw_prefilter(table, raw, block_plain, scratch);
+    let found = match decided {
         Raw::Nothing => return None,
-        Raw::Quiet(end) => Some(end),
-        Raw::Examine => None,
+        Raw::Quiet(_) | Raw::Examine(_) => matched_rules(table, raw),
     };
-    let found = matched_rules(table, raw);
-    if let (None, Some(end)) = (&found, quiet) {
-        scratch.remember_silent(&raw[end..]);
+    if found.is_none() {
+        match decided {
+            Raw::Quiet(end) => scratch.remember_silent(&raw[end..]),
+            Raw::Examine(true) => scratch.remember_silent_line(raw),
+            _ => {}
+        }
     }
     found
 }
