@@ -7,7 +7,7 @@
 //!   the tests run. Matrix files add `[[rules]]` on top ([`Classifier::with_rules`]).
 //! - [`Classifier`] streams a log once (bounded memory, invalid UTF-8 and binary bytes welcome):
 //!   a trigger-word prefilter skips most lines unexamined, the rest are stripped of process,
-//!   rank, timestamp and level prefixes and matched against all rules at once.
+//!   rank, timestamp and level prefixes and matched against the rules their words gate.
 //! - The root cause is the first fatal line, not the last or the most frequent: errors that
 //!   follow it (an NCCL watchdog on another rank, "worker died", "core dumped") are secondary.
 //!   The watchdog's [`Verdict`] and the exit status ([`Evidence`]) decide only when the log
