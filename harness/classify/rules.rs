@@ -25,6 +25,9 @@ pub const BUILTIN_RULES: &str = include_str!("rules.toml");
 /// matrix file's patterns).
 const SIZE_LIMIT: usize = 256 << 20;
 const DFA_SIZE_LIMIT: usize = 64 << 20;
+/// Lazy-DFA cache of the quiet-line set, per scan worker, kept between logs. At 4 MiB the variety
+/// of real healthy logs overflowed it again and again (`benches/classify.rs`, `healthy-logs`).
+const RAW_DFA_SIZE_LIMIT: usize = 16 << 20;
 
 /// How a rule's line takes part in picking the root cause (see `rules.toml`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -187,61 +190,6 @@ pub(crate) struct Table {
     patterns: Vec<String>,
     /// The scan workers' caches, kept from one scan to the next.
     pub(crate) scratch: ScratchPool,
-}
-
-/// Lazy-DFA cache of the quiet-line set, per scan worker, kept between logs. At 4 MiB the variety
-/// of real healthy logs overflowed it again and again (`benches/classify.rs`, `healthy-logs`).
-const RAW_DFA_SIZE_LIMIT: usize = 16 << 20;
-
-/// One raw-line set of patterns already relaxed (see [`relaxed`]).
-fn relaxed_set<P: AsRef<str>>(patterns: &[P]) -> Result<RawSet, ClassifyError> {
-    let syntax = regex_automata::util::syntax::Config::new()
-        .unicode(false)
-        .utf8(false);
-    // A lazy DFA on its own rather than the `meta` engine, for one setting: the meta engine's
-    // lazy DFA gives up after three cache clears that built a state every few bytes, and falls
-    // back to an NFA simulation 70 to 200 times slower for as long as the cache lives; the
-    // caches live from one log to the next (`scan::ScratchPool`). Here a full cache is cleared
-    // and rebuilt, never abandoned.
-    let config = hybrid::dfa::Config::new()
-        .match_kind(MatchKind::All)
-        .cache_capacity(RAW_DFA_SIZE_LIMIT)
-        .minimum_cache_clear_count(None);
-    hybrid::dfa::Builder::new()
-        .syntax(syntax)
-        .thompson(thompson::Config::new().nfa_size_limit(Some(SIZE_LIMIT)))
-        .configure(config)
-        .build_many(patterns)
-        .map(RawSet)
-        .map_err(|err| ClassifyError::Set {
-            source: regex::Error::Syntax(err.to_string()),
-        })
-}
-
-/// Relaxed patterns for raw lines, searched with a cache the caller keeps: each scan worker has
-/// its own, where the `regex` crate's shared pool would make every thread but its first one take
-/// a lock per line.
-pub(crate) struct RawSet(hybrid::dfa::DFA);
-
-impl RawSet {
-    pub(crate) fn cache(&self) -> hybrid::dfa::Cache {
-        self.0.create_cache()
-    }
-
-    /// Whether some pattern matches somewhere in `raw`; `cache` must come from [`RawSet::cache`]
-    /// of this set. A search the lazy DFA cannot finish (it has no quit bytes and never gives up,
-    /// so this is not expected) answers yes: the line is then examined, never skipped.
-    pub(crate) fn is_match(&self, cache: &mut hybrid::dfa::Cache, raw: &[u8]) -> bool {
-        self.0
-            .try_search_fwd(cache, &regex_automata::Input::new(raw).earliest(true))
-            .map_or(true, |found| found.is_some())
-    }
-}
-
-impl fmt::Debug for RawSet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("RawSet")
-    }
 }
 
 /// What a rule's relaxed pattern says of a raw line.
@@ -412,21 +360,11 @@ impl Table {
     }
 
     /// The rules that may fire on `text` (the words in it gate them, or no word gates them), in
-    /// table order; only those `keep` keeps.
-    pub(crate) fn candidates(&self, text: &[u8], keep: impl Fn(&Rule) -> bool) -> Vec<usize> {
-        let mut out: Vec<usize> = self
-            .ungated
-            .iter()
-            .copied()
-            .filter(|&i| keep(&self.rules[i]))
-            .collect();
+    /// table order.
+    fn candidates(&self, text: &[u8]) -> Vec<usize> {
+        let mut out = self.ungated.clone();
         for found in self.gate.find_overlapping_iter(text) {
-            out.extend(
-                self.gated[found.pattern().as_usize()]
-                    .iter()
-                    .copied()
-                    .filter(|&i| keep(&self.rules[i])),
-            );
+            out.extend_from_slice(&self.gated[found.pattern().as_usize()]);
         }
         out.sort_unstable();
         out.dedup();
@@ -438,9 +376,9 @@ impl Table {
     /// Each rule is tried on its own: a log's failure lines vary, and one automaton of many
     /// rules builds states for each new line.
     pub(crate) fn may_fire(&self, raw: &[u8]) -> bool {
-        self.candidates(raw, |_| true)
+        self.candidates(raw)
             .into_iter()
-            .any(|i| self.loose_of(&self.loose[i], i).is_match(raw))
+            .any(|i| self.loose_of(i).is_match(raw))
     }
 
     /// The set of every `any-level` rule's relaxed pattern, for quiet lines ([`Table::raw_quiet`]).
@@ -460,8 +398,8 @@ impl Table {
     }
 
     /// Rule `index`'s relaxed pattern, compiled the first time it is asked for.
-    fn loose_of<'a>(&self, cell: &'a OnceLock<Loose>, index: usize) -> &'a Loose {
-        cell.get_or_init(|| {
+    fn loose_of(&self, index: usize) -> &Loose {
+        self.loose[index].get_or_init(|| {
             // A pattern that cannot be relaxed (a matrix rule's odd syntax) matches every line.
             relaxed(&self.patterns[index])
                 .ok()
@@ -477,7 +415,7 @@ impl Table {
 
     /// The rules whose patterns match `text` (a cleaned line), in table order.
     pub(crate) fn matching(&self, text: &str) -> Vec<usize> {
-        let mut found = self.candidates(text.as_bytes(), |_| true);
+        let mut found = self.candidates(text.as_bytes());
         found.retain(|&i| {
             self.matchers[i]
                 .get_or_init(|| {
@@ -535,6 +473,57 @@ fn bad_pattern(rule: &str, pattern: &str, source: regex::Error) -> ClassifyError
     }
 }
 
+/// One raw-line set of patterns already relaxed (see [`relaxed`]).
+fn relaxed_set<P: AsRef<str>>(patterns: &[P]) -> Result<RawSet, ClassifyError> {
+    let syntax = regex_automata::util::syntax::Config::new()
+        .unicode(false)
+        .utf8(false);
+    // A lazy DFA on its own rather than the `meta` engine, for one setting: the meta engine's
+    // lazy DFA gives up after three cache clears that built a state every few bytes, and falls
+    // back to an NFA simulation 70 to 200 times slower for as long as the cache lives; the
+    // caches live from one log to the next (`scan::ScratchPool`). Here a full cache is cleared
+    // and rebuilt, never abandoned.
+    let config = hybrid::dfa::Config::new()
+        .match_kind(MatchKind::All)
+        .cache_capacity(RAW_DFA_SIZE_LIMIT)
+        .minimum_cache_clear_count(None);
+    hybrid::dfa::Builder::new()
+        .syntax(syntax)
+        .thompson(thompson::Config::new().nfa_size_limit(Some(SIZE_LIMIT)))
+        .configure(config)
+        .build_many(patterns)
+        .map(RawSet)
+        .map_err(|err| ClassifyError::Set {
+            source: regex::Error::Syntax(err.to_string()),
+        })
+}
+
+/// Relaxed patterns for raw lines, searched with a cache the caller keeps: each scan worker has
+/// its own, where the `regex` crate's shared pool would make every thread but its first one take
+/// a lock per line.
+pub(crate) struct RawSet(hybrid::dfa::DFA);
+
+impl RawSet {
+    pub(crate) fn cache(&self) -> hybrid::dfa::Cache {
+        self.0.create_cache()
+    }
+
+    /// Whether some pattern matches somewhere in `raw`; `cache` must come from [`RawSet::cache`]
+    /// of this set. A search the lazy DFA cannot finish (it has no quit bytes and never gives up,
+    /// so this is not expected) answers yes: the line is then examined, never skipped.
+    pub(crate) fn is_match(&self, cache: &mut hybrid::dfa::Cache, raw: &[u8]) -> bool {
+        self.0
+            .try_search_fwd(cache, &regex_automata::Input::new(raw).earliest(true))
+            .map_or(true, |found| found.is_some())
+    }
+}
+
+impl fmt::Debug for RawSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RawSet")
+    }
+}
+
 /// The prefilter: the trigger words, any case, plus every user pattern. A user pattern that is
 /// anchored (or might be: any `^`, `$`, `\A`, `\z`) refers to the cleaned line, which a raw-line
 /// search cannot see, so then there is no prefilter at all.
@@ -580,9 +569,8 @@ fn trigger(words: &[String], user: &[UserRule]) -> Result<Option<Trigger>, Class
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::gates::{longest_text, parse_ascii, witness};
+    use crate::classify::gates::{branches, longest_text, parse_ascii, witness};
     use crate::classify::{Classifier, Evidence};
-    use regex_syntax::hir::HirKind;
     use std::collections::{HashMap, HashSet};
 
     /// Prefixes real logs put in front of a message; every example must survive each of them.
@@ -806,10 +794,7 @@ mod tests {
         let mut dead = Vec::new();
         for rule in &file.rules {
             let hir = parse_ascii(&rule.pattern).unwrap_or_else(|e| panic!("{}: {e}", rule.id));
-            let branches = match hir.kind() {
-                HirKind::Alternation(subs) => subs.clone(),
-                _ => vec![hir],
-            };
+            let branches = branches(&hir);
             for (nth, branch) in branches.iter().enumerate() {
                 let word = String::from_utf8_lossy(&longest_text(branch)).into_owned();
                 if word.trim().len() >= SHORT_TEXT && witness(branch, &words).is_none() {
@@ -843,7 +828,6 @@ mod tests {
             .iter()
             .map(|&i| table.rules[i].id.as_str())
             .collect();
-        eprintln!("{} ungated: {ungated:?}", ungated.len());
         assert!(
             ungated.len() <= 12,
             "{} ungated: {ungated:?}",

@@ -464,9 +464,8 @@ enum Raw {
 /// Decides what it can of a raw line without cleaning it. Only plain lines are decided: their
 /// cleaned text is a piece of the raw line, so a rule that none of the raw line's words gate, or
 /// whose relaxed pattern does not match the raw line, cannot fire on the cleaned one. A line
-/// whose prefix surely makes it quiet can only fire
-/// `any-level` rules, and its cleaned text is a piece of what follows that prefix, so only that
-/// part is looked at.
+/// whose prefix surely makes it quiet can only fire `any-level` rules, and its cleaned text is a
+/// piece of what follows that prefix, so only that part is looked at.
 fn raw_prefilter(table: &Table, raw: &[u8], block_plain: bool, scratch: &mut Scratch) -> Raw {
     let plain = if block_plain {
         line::is_plain_ascii(raw)
