@@ -49,10 +49,25 @@ pub(crate) fn gates(patterns: &[Option<&str>], triggers: &[String]) -> Gates {
     Gates { words, rules }
 }
 
-/// The top-level alternatives of a pattern.
+/// The top-level alternatives of a pattern. The parser factors a look-around every branch starts
+/// or ends with out of the alternation (`\\bA\\b|\\bB` is parsed as `\\b(?:A\\b|B)`): those
+/// alternatives are the branches still, the look-arounds holding no text.
 pub(crate) fn branches(hir: &Hir) -> &[Hir] {
     match hir.kind() {
         HirKind::Alternation(subs) => subs,
+        HirKind::Concat(parts) => {
+            let mut alternations = parts.iter().filter_map(|part| match part.kind() {
+                HirKind::Alternation(subs) => Some(subs.as_slice()),
+                _ => None,
+            });
+            let only_looks = parts.iter().all(|part| {
+                matches!(part.kind(), HirKind::Look(_) | HirKind::Alternation(_))
+            });
+            match (alternations.next(), alternations.next()) {
+                (Some(subs), None) if only_looks => subs,
+                _ => std::slice::from_ref(hir),
+            }
+        }
         _ => std::slice::from_ref(hir),
     }
 }
