@@ -145,14 +145,16 @@ const MIN_BARE_RUN: usize = 64;
 /// `lines[index]` is nothing but a run of `!` ([`MIN_BARE_RUN`] or more) under a line that is an
 /// output's label alone (`NO.1 生成文本:`, `========= output =========`, `Response:`) or a chat
 /// template's turn of the assistant (`<|im_start|>assistant`, `[/INST]`, `Assistant:`, where a
-/// chat CLI prints the rendered prompt and then the answer): the answer a script printed below its
-/// label, token 0 over and over, as [`token_zero`] reads it on the label's own line. The label is
-/// the whole line: a sentence that merely ends in "output" or "response" ("Run with --verbose for
-/// more output", "could not parse the response") is a message, and a banner of `!` under it is a
-/// tool's warning box.
+/// chat CLI prints the rendered prompt and then the answer), or a rule of `=` alone, which frames
+/// the answer where a script prints no label (`mlx_lm.generate` puts ten before and after it): the
+/// answer a script printed below its label, token 0 over and over, as [`token_zero`] reads it on
+/// the label's own line. The label is the whole line: a sentence that merely ends in "output" or
+/// "response" ("Run with --verbose for more output", "could not parse the response") is a message,
+/// and a banner of `!` under it is a tool's warning box (PyTorch's extension builder puts "!!
+/// WARNING !!" above its own).
 pub(crate) fn token_zero_below_label(lines: &[&str], index: usize) -> bool {
     static LABEL: LazyLock<Option<Regex>> = LazyLock::new(|| {
-        Regex::new(r"(?i)^\s*(?:no\.?\s*\d+\s*)?[=*#-]*\s*(?:(?:model|generated|final)[ _])?(?:generated[ _]?text|outputs?|response|answer|completion|生成文本|输出|回答)\s*[:：]?\s*[=*#-]*\s*$|^\s*(?:<\|im_start\|>\s*assistant|<\|assistant\|>|<\|start_header_id\|>\s*assistant\s*<\|end_header_id\|>|<start_of_turn>\s*model|<｜Assistant｜>|\[/INST\]|(?:###\s*)?assistant\s*[:：]?)\s*$").ok()
+        Regex::new(r"(?i)^\s*(?:no\.?\s*\d+\s*)?[=*#-]*\s*(?:(?:model|generated|final)[ _])?(?:generated[ _]?text|outputs?|response|answer|completion|生成文本|输出|回答)\s*[:：]?\s*[=*#-]*\s*$|^\s*(?:<\|im_start\|>\s*assistant|<\|assistant\|>|<\|start_header_id\|>\s*assistant\s*<\|end_header_id\|>|<start_of_turn>\s*model|<｜Assistant｜>|\[/INST\]|(?:###\s*)?assistant\s*[:：]?)\s*$|^\s*={8,}\s*$").ok()
     });
     let Some(line) = lines.get(index).map(|line| line.trim()) else {
         return false;
@@ -658,6 +660,7 @@ mod tests {
             "<|im_start|>assistant",
             "[/INST]",
             "ASSISTANT:",
+            "==========",
         ] {
             let lines = [label, "", run.as_str()];
             assert!(token_zero_below_label(&lines, 2), "{label}");
@@ -667,6 +670,8 @@ mod tests {
         let banner = "!".repeat(40);
         assert!(!token_zero_below_label(&["Output:", banner.as_str()], 1));
         assert!(!token_zero_below_label(&["Prompt:", run.as_str()], 1));
+        assert!(!token_zero_below_label(&["!! WARNING !!", "", run.as_str()], 2));
+        assert!(!token_zero_below_label(&["== x ==", run.as_str()], 1));
         assert!(!token_zero_below_label(
             &["<|im_start|>user", run.as_str()],
             1
