@@ -60,9 +60,9 @@ pub(crate) fn branches(hir: &Hir) -> &[Hir] {
                 HirKind::Alternation(subs) => Some(subs.as_slice()),
                 _ => None,
             });
-            let only_looks = parts.iter().all(|part| {
-                matches!(part.kind(), HirKind::Look(_) | HirKind::Alternation(_))
-            });
+            let only_looks = parts
+                .iter()
+                .all(|part| matches!(part.kind(), HirKind::Look(_) | HirKind::Alternation(_)));
             match (alternations.next(), alternations.next()) {
                 (Some(subs), None) if only_looks => subs,
                 _ => std::slice::from_ref(hir),

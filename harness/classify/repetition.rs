@@ -670,7 +670,10 @@ mod tests {
         let banner = "!".repeat(40);
         assert!(!token_zero_below_label(&["Output:", banner.as_str()], 1));
         assert!(!token_zero_below_label(&["Prompt:", run.as_str()], 1));
-        assert!(!token_zero_below_label(&["!! WARNING !!", "", run.as_str()], 2));
+        assert!(!token_zero_below_label(
+            &["!! WARNING !!", "", run.as_str()],
+            2
+        ));
         assert!(!token_zero_below_label(&["== x ==", run.as_str()], 1));
         assert!(!token_zero_below_label(
             &["<|im_start|>user", run.as_str()],
