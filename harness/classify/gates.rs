@@ -245,7 +245,7 @@ pub(crate) fn product(heads: &[Vec<u8>], tails: &[Vec<u8>]) -> Option<Vec<Vec<u8
 
 #[cfg(test)]
 mod tests {
-    use super::{gates, relaxed};
+    use super::{branches, gates, longest_text, parse_ascii, relaxed};
 
     /// The raw prefilter's form of a pattern: looser everywhere, never stricter.
     #[test]
@@ -289,5 +289,22 @@ mod tests {
         );
         assert_eq!(gated(r"(?:killed)?\d+", &words), None);
         assert_eq!(gated(r"oom|\bab\b", &words), None);
+    }
+
+    /// The parser factors a look-around every branch starts with out of the alternation; the
+    /// branches are still the alternatives, each with its own text.
+    #[test]
+    fn a_factored_look_around_leaves_the_branches_apart() {
+        let hir = parse_ascii(r"\bReleasing expired blocks\b|\bForce freed\b.*\bthreshold\b")
+            .expect("parses");
+        let texts: Vec<String> = branches(&hir)
+            .iter()
+            .map(|branch| String::from_utf8_lossy(&longest_text(branch)).into_owned())
+            .collect();
+        assert_eq!(texts, ["releasing expired blocks", "force freed"]);
+        let plain = parse_ascii(r"out of memory|killed").expect("parses");
+        assert_eq!(branches(&plain).len(), 2);
+        let one = parse_ascii(r"\bkilled\b").expect("parses");
+        assert_eq!(branches(&one).len(), 1);
     }
 }
