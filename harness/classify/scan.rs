@@ -340,19 +340,25 @@ struct Scratch {
     /// Messages (what follows a quiet prefix) already examined that fired no rule. What fires on
     /// one depends on the message's bytes alone, and a warning-heavy log repeats its messages
     /// (every rank prints every warning), so most are looked up rather than cleaned and matched.
-    silent: HashSet<Box<[u8]>>,
+    silent: Silent,
     /// Plain lines with no quiet prefix known to fire no rule, whole: a log prints many of its
     /// lines again and again (progress, the same notice on every rank, a restarted engine).
-    silent_lines: HashSet<Box<[u8]>>,
+    silent_lines: Silent,
 }
+
+/// A set of texts known to fire no rule. Hashed with `foldhash`: a lookup stands in for a search
+/// of the text, so it must cost less than one, and the default hasher (SipHash) costs about as
+/// much. The texts are a log's own lines, not keys an attacker picks to collide: a bad log makes a
+/// slow scan at worst, and the set is bounded ([`SILENT_ENTRIES`]).
+type Silent = HashSet<Box<[u8]>, foldhash::fast::RandomState>;
 
 impl Scratch {
     fn new() -> Scratch {
         Scratch {
             quiet: line::QuietCache::new(),
             quiet_set: None,
-            silent: HashSet::new(),
-            silent_lines: HashSet::new(),
+            silent: Silent::default(),
+            silent_lines: Silent::default(),
         }
     }
 
@@ -378,7 +384,7 @@ impl Scratch {
 }
 
 /// Adds `text` to a bounded set of texts that fire nothing.
-fn remember(set: &mut HashSet<Box<[u8]>>, text: &[u8]) {
+fn remember(set: &mut Silent, text: &[u8]) {
     if text.len() <= SILENT_MAX_LEN {
         if set.len() >= SILENT_ENTRIES {
             set.clear();
@@ -478,10 +484,14 @@ fn raw_prefilter(table: &Table, raw: &[u8], block_plain: bool, scratch: &mut Scr
     match line::quiet_prefix(raw, &mut scratch.quiet) {
         Some(end) => {
             let message = &raw[end..];
-            if scratch.silent.contains(message) || !scratch.may_fire_quiet(table, message) {
+            if scratch.silent.contains(message) {
                 Raw::Nothing
-            } else {
+            } else if scratch.may_fire_quiet(table, message) {
                 Raw::Quiet(end)
+            } else {
+                // Looked up next time: every rank prints the same warnings again and again.
+                scratch.remember_silent(message);
+                Raw::Nothing
             }
         }
         None if scratch.silent_lines.contains(raw) => Raw::Nothing,
