@@ -337,9 +337,10 @@ struct Scratch {
     quiet: line::QuietCache,
     /// The search cache of the table's quiet-line set, made when a quiet line first needs it.
     quiet_set: Option<regex_automata::hybrid::dfa::Cache>,
-    /// Messages (what follows a quiet prefix) already examined that fired no rule. What fires on
-    /// one depends on the message's bytes alone, and a warning-heavy log repeats its messages
-    /// (every rank prints every warning), so most are looked up rather than cleaned and matched.
+    /// Messages (what follows a quiet prefix) known to fire no rule: examined and matched
+    /// nothing, or turned down by the quiet-line automaton. What fires on one depends on the
+    /// message's bytes alone, and a warning-heavy log repeats its messages (every rank prints
+    /// every warning), so most are looked up rather than searched, cleaned and matched.
     silent: Silent,
     /// Plain lines with no quiet prefix known to fire no rule, whole: a log prints many of its
     /// lines again and again (progress, the same notice on every rank, a restarted engine).
