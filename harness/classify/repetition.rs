@@ -41,10 +41,40 @@ pub(crate) fn repeated_phrase(line: &str) -> Option<String> {
     }
     // A table row (`nvidia-smi topo -m`'s `SYS     SYS     SYS`, a results table) repeats its
     // cells by nature too: columns a printer aligned with runs of spaces or tabs, not prose.
-    if is_table_row(line) {
+    if is_table_row(line) || is_pytest_progress(line) {
         return None;
     }
     looping_phrase(line)
+}
+
+/// pytest's progress report: one outcome letter per test (`.` passed, `F` failed, `E` error, `s`
+/// skipped, `x`/`X` xfail and xpass; _pytest/terminal.py), after the test file's path and before
+/// a `[ 5%]` counter, wrapped at the terminal's width into lines of letters alone. A suite whose
+/// tests all error prints `EEEE...`: a run of one letter that is no generation.
+fn is_pytest_progress(line: &str) -> bool {
+    let line = line.trim();
+    let line = match line
+        .strip_suffix(']')
+        .and_then(|rest| rest.rsplit_once('['))
+    {
+        Some((before, counter)) if counter.trim().strip_suffix('%').is_some_and(is_number) => {
+            before.trim_end()
+        }
+        _ => line,
+    };
+    let outcomes = match line.rsplit_once(' ') {
+        Some((path, outcomes)) if path.trim_end().ends_with(".py") => outcomes,
+        Some(_) => return false,
+        None => line,
+    };
+    !outcomes.is_empty()
+        && outcomes
+            .chars()
+            .all(|c| matches!(c, '.' | 'F' | 'E' | 's' | 'x' | 'X'))
+}
+
+fn is_number(text: &str) -> bool {
+    !text.is_empty() && text.chars().all(|c| c.is_ascii_digit())
 }
 
 /// Five cells or more, of one word each, apart by runs of two spaces or more (or tabs): columns,
@@ -760,6 +790,18 @@ mod tests {
         assert_eq!(repeated_phrase(&line).as_deref(), Some("e"), "{line}");
         // A stutter is no run.
         assert_eq!(repeated_phrase(&format!("Ah{}!", "h".repeat(10))), None);
+    }
+
+    #[test]
+    fn pytest_progress_is_no_loop() {
+        let errors = "E".repeat(80);
+        let line = format!("test/test_attention.py ..F{errors} [  5%]");
+        assert_eq!(repeated_phrase(&line), None, "{line}");
+        assert_eq!(repeated_phrase(&errors), None, "a wrapped progress line");
+        assert_eq!(repeated_phrase(&format!("{errors} [ 12%]")), None);
+        // Not pytest's: a generation stuck on one letter, behind a label.
+        let answer = format!("Answer: {errors}");
+        assert_eq!(repeated_phrase(&answer).as_deref(), Some("E"), "{answer}");
     }
 
     #[test]
