@@ -438,9 +438,31 @@ fn inline_code(text: &str) -> Option<&str> {
     (!inner.starts_with('`') && !inner.contains('`')).then_some(inner)
 }
 
+/// A tqdm progress bar that the next write ran into: tqdm redraws its bar with a carriage return
+/// and no newline, so a message printed while it runs (or a paste that lost the `\r`) starts on
+/// the bar's line, after its `[elapsed<remaining, rate]` (`Capturing CUDA graph shapes:   0%|
+/// | 0/35 [00:00<?, ?it/s]ERROR 05-12 ...`, `  0%|    | 0/4 [00:00<?, ?it/s]C:\...\attn.py:17:26:
+/// error: ...`). The bar is what delivered the message, not part of it.
+static GLUED_BAR: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"^(?:[^|]{0,80}?:\s*)?\s*\d{1,3}%\|[^|]{0,400}\|\s*[^\s\[|]{1,24} \[[\d:?]+<[\d:?]+,\s*[^,\]\[]{1,24}\]").ok()
+});
+
+/// `text` without a progress bar it starts with, when a message follows the bar with no space
+/// between them (see [`GLUED_BAR`]). A bar alone is left, and so is one with a postfix
+/// (`[00:05<00:01, 3.9it/s, loss=nan]`): what its postfix says is the bar's own news.
+fn without_glued_bar(text: &mut String) {
+    let Some(end) = GLUED_BAR.as_ref().and_then(|re| re.find(text)).map(|m| m.end()) else {
+        return;
+    };
+    if text[end..].starts_with(|c: char| !c.is_whitespace()) {
+        text.drain(..end);
+    }
+}
+
 /// Prepares a raw line (without its newline) for the rules.
 pub(crate) fn clean(raw: &[u8]) -> Cleaned {
     let mut text = visible(raw);
+    without_glued_bar(&mut text);
     if let Some(inner) = inline_code(&text) {
         text = inner.to_owned();
     }
@@ -685,7 +707,41 @@ mod tests {
                 && SUFFIX.is_some()
                 && ANSI_RESIDUE.is_some()
                 && LEADING_RESIDUE.is_some()
+                && GLUED_BAR.is_some()
         );
+    }
+
+    #[test]
+    fn strips_a_progress_bar_a_message_ran_into() {
+        let cases = [
+            (
+                "Capturing CUDA graph shapes:   0%|          | 0/35 [00:00<?, ?it/s]ERROR 05-12 19:01:18 [model_runner.py:1] RuntimeError: boom",
+                "RuntimeError: boom",
+                Level::Error,
+            ),
+            (
+                "  0%|                    | 0/4 [00:00<?, ?it/s]C:\\sage\\attn.py:17:26: error: 'tt.load' op operation destroyed",
+                "C:\\sage\\attn.py:17:26: error: 'tt.load' op operation destroyed",
+                Level::Unknown,
+            ),
+            (
+                "Iteration:  31%|███▏      | 491/1559 [04:35<07:28,  2.38it/s]WARNING 05-12 19:01:18 [x.py:1] slow",
+                "slow",
+                Level::Warning,
+            ),
+        ];
+        for (raw, message, level) in cases {
+            let cleaned = clean(raw.as_bytes());
+            assert_eq!((cleaned.text.as_str(), cleaned.level), (message, level), "{raw}");
+        }
+        // A bar alone, or its postfix, stays what the bar says.
+        for raw in [
+            " 45%|████▌     | 45/100 [00:10<00:12,  4.50it/s, loss=nan]",
+            "Training steps:  10%|██▌   | 2/20 [04:11<36:54, 123.04s/it, loss=nan, lr=4e-7]12/24/2024 16:51:49 - DEBUG - logged",
+            "Epoch 3: 100%|██████████| 20/20 [00:05<00:00, 3.9it/s] loss: nan",
+        ] {
+            assert_eq!(text(raw), raw.trim(), "{raw}");
+        }
     }
 
     #[test]
