@@ -451,7 +451,11 @@ static GLUED_BAR: LazyLock<Option<Regex>> = LazyLock::new(|| {
 /// between them (see [`GLUED_BAR`]). A bar alone is left, and so is one with a postfix
 /// (`[00:05<00:01, 3.9it/s, loss=nan]`): what its postfix says is the bar's own news.
 fn without_glued_bar(text: &mut String) {
-    let Some(end) = GLUED_BAR.as_ref().and_then(|re| re.find(text)).map(|m| m.end()) else {
+    let Some(end) = GLUED_BAR
+        .as_ref()
+        .and_then(|re| re.find(text))
+        .map(|m| m.end())
+    else {
         return;
     };
     if text[end..].starts_with(|c: char| !c.is_whitespace()) {
@@ -732,7 +736,11 @@ mod tests {
         ];
         for (raw, message, level) in cases {
             let cleaned = clean(raw.as_bytes());
-            assert_eq!((cleaned.text.as_str(), cleaned.level), (message, level), "{raw}");
+            assert_eq!(
+                (cleaned.text.as_str(), cleaned.level),
+                (message, level),
+                "{raw}"
+            );
         }
         // A bar alone, or its postfix, stays what the bar says.
         for raw in [
