@@ -442,25 +442,31 @@ fn inline_code(text: &str) -> Option<&str> {
 /// and no newline, so a message printed while it runs (or a paste that lost the `\r`) starts on
 /// the bar's line, after its `[elapsed<remaining, rate]` (`Capturing CUDA graph shapes:   0%|
 /// | 0/35 [00:00<?, ?it/s]ERROR 05-12 ...`, `  0%|    | 0/4 [00:00<?, ?it/s]C:\...\attn.py:17:26:
-/// error: ...`). The bar is what delivered the message, not part of it.
+/// error: ...`), after several redraws of it too, and after vLLM's own format (`Loading
+/// safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.20s/it]`). The bar is
+/// what delivered the message, not part of it.
 static GLUED_BAR: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    Regex::new(r"^(?:[^|]{0,80}?:\s*)?\s*\d{1,3}%\|[^|]{0,400}\|\s*[^\s\[|]{1,24} \[[\d:?]+<[\d:?]+,\s*[^,\]\[]{1,24}\]").ok()
+    const BAR: &str = r"(?:[^|]{0,120}?:\s*)?\s*\d{1,3}%(?:\|[^|]{0,400}\|| Completed \|)\s*[^\s\[|]{1,24} \[[\d:?]+<[\d:?]+,\s*[^,\]\[]{1,24}\]";
+    Regex::new(&format!(r"^(?:{BAR}\s*)*{BAR}")).ok()
 });
 
 /// `text` without a progress bar it starts with, when a message follows the bar with no space
-/// between them (see [`GLUED_BAR`]). A bar alone is left, and so is one with a postfix
-/// (`[00:05<00:01, 3.9it/s, loss=nan]`): what its postfix says is the bar's own news.
-fn without_glued_bar(text: &mut String) {
+/// between them (see [`GLUED_BAR`]); whether one was stripped. A bar alone is left, and so is one
+/// with a postfix (`[00:05<00:01, 3.9it/s, loss=nan]`): what its postfix says is the bar's own
+/// news.
+fn without_glued_bar(text: &mut String) -> bool {
     let Some(end) = GLUED_BAR
         .as_ref()
         .and_then(|re| re.find(text))
         .map(|m| m.end())
     else {
-        return;
+        return false;
     };
-    if text[end..].starts_with(|c: char| !c.is_whitespace()) {
+    let glued = text[end..].starts_with(|c: char| !c.is_whitespace());
+    if glued {
         text.drain(..end);
     }
+    glued
 }
 
 /// Prepares a raw line (without its newline) for the rules.
@@ -476,6 +482,10 @@ pub(crate) fn clean(raw: &[u8]) -> Cleaned {
         level = record_level;
     }
     strip_prefixes(&mut text, &mut level);
+    // A bar behind a delivery prefix (`vllm-1  | Capturing CUDA graph shapes: ...]ERROR ...`).
+    if without_glued_bar(&mut text) {
+        strip_prefixes(&mut text, &mut level);
+    }
     // A code span behind a delivery prefix: a report quoting a log line in backticks, then quoted
     // with `> ` or relayed by a wrapper of its own.
     if let Some(inner) = inline_code(&text) {
@@ -732,6 +742,21 @@ mod tests {
                 "Iteration:  31%|███▏      | 491/1559 [04:35<07:28,  2.38it/s]WARNING 05-12 19:01:18 [x.py:1] slow",
                 "slow",
                 Level::Warning,
+            ),
+            (
+                "  0%|  | 0/35 [00:00<?, ?it/s] 10%|█  | 1/10 [00:01<00:09,  1.00it/s]ValueError: x",
+                "ValueError: x",
+                Level::Unknown,
+            ),
+            (
+                "vllm-1  | Capturing CUDA graph shapes:   0%|   | 0/35 [00:00<?, ?it/s]ERROR 05-12 19:01:18 [x.py:1] boom",
+                "boom",
+                Level::Error,
+            ),
+            (
+                "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.20s/it]ValueError: x",
+                "ValueError: x",
+                Level::Unknown,
             ),
         ];
         for (raw, message, level) in cases {
