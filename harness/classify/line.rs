@@ -455,6 +455,10 @@ static GLUED_BAR: LazyLock<Option<Regex>> = LazyLock::new(|| {
 /// with a postfix (`[00:05<00:01, 3.9it/s, loss=nan]`): what its postfix says is the bar's own
 /// news.
 fn without_glued_bar(text: &mut String) -> bool {
+    // Every bar holds a percentage and its `[elapsed<remaining`: most lines hold neither.
+    if !text.contains('%') || !text.contains('<') {
+        return false;
+    }
     let Some(end) = GLUED_BAR
         .as_ref()
         .and_then(|re| re.find(text))
