@@ -556,9 +556,28 @@ fn strip_prefixes(text: &mut String, level: &mut Level) {
 /// any quotes, after a space or a module path.
 pub(crate) fn is_code(text: &str) -> bool {
     ((text.starts_with("File \"") || text.starts_with("raise ")) && !holds_exception_line(text))
+        || is_notebook_code(text)
         || text.contains("pytest.raises(")
         || text.starts_with("assert ")
         || text.chars().all(|c| matches!(c, '^' | '~' | ' '))
+}
+
+/// Whether a line is source code an IPython or Jupyter traceback quotes: the failing line behind
+/// an arrow and its line number (`--> 170     return self.do_bench(...)`, older IPython's
+/// `---->`), and the lines around it behind their numbers alone (`    171 except (OutOfResources,
+/// PTXASError) as e:`). Those name the errors a handler catches or a raise site, not what
+/// happened. A context line is taken for code only where a Python statement keyword follows its
+/// number: a log's own line may start with a count.
+fn is_notebook_code(text: &str) -> bool {
+    static NOTEBOOK_CODE: LazyLock<Option<Regex>> = LazyLock::new(|| {
+        Regex::new(
+            r"^(?:-+>\s*\d+\s|\d+\s+(?:except|raise|assert|try|if|elif|else|with|return|def|class|import|from|for|while)\b)",
+        )
+        .ok()
+    });
+    NOTEBOOK_CODE
+        .as_ref()
+        .is_some_and(|re| re.is_match(text.trim_start()) && !holds_exception_line(text))
 }
 
 /// Whether a line that starts like quoted code goes on past it into an exception line (`...
@@ -1280,6 +1299,16 @@ mod tests {
         assert!(!is_code(
             "raise RuntimeError(f\"NCCL error: {error_str}\") ERROR 11-04 18:02:56 [multiproc_executor.py:597] RuntimeError: NCCL error: unhandled cuda error"
         ));
+        // IPython's and Jupyter's quoted source: the arrow's line, and context lines that open
+        // with a statement; a log line that opens with a count is no code.
+        assert!(is_code(
+            "171 except (OutOfResources, CompileTimeAssertionFailure, PTXASError) as e:"
+        ));
+        assert!(is_code(
+            "--> 216         raise RuntimeError(\"CUDA Error: %s\" % cuGetErrorString(error))"
+        ));
+        assert!(is_code("---> 19     raise ImportError(f'Failed to load')"));
+        assert!(!is_code("3 errors detected in the compilation of \"kernel.cu\"."));
         assert!(is_code("^^^^^^^^"));
         assert!(!is_code("ValueError: No available memory"));
     }
