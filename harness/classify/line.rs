@@ -1308,7 +1308,9 @@ mod tests {
             "--> 216         raise RuntimeError(\"CUDA Error: %s\" % cuGetErrorString(error))"
         ));
         assert!(is_code("---> 19     raise ImportError(f'Failed to load')"));
-        assert!(!is_code("3 errors detected in the compilation of \"kernel.cu\"."));
+        assert!(!is_code(
+            "3 errors detected in the compilation of \"kernel.cu\"."
+        ));
         assert!(is_code("^^^^^^^^"));
         assert!(!is_code("ValueError: No available memory"));
     }
