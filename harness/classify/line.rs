@@ -565,13 +565,14 @@ pub(crate) fn is_code(text: &str) -> bool {
 /// Whether a line is source code an IPython or Jupyter traceback quotes: the failing line behind
 /// an arrow and its line number (`--> 170     return self.do_bench(...)`, older IPython's
 /// `---->`), and the lines around it behind their numbers alone (`    171 except (OutOfResources,
-/// PTXASError) as e:`). Those name the errors a handler catches or a raise site, not what
-/// happened. A context line is taken for code only where a Python statement keyword follows its
-/// number: a log's own line may start with a count.
+/// PTXASError) as e:`), a multi-line raise's message strings among them. Those name the errors a
+/// handler catches or a raise site, not what happened. A context line is taken for code only where
+/// a statement keyword, a comment, a string or a closing bracket follows its number: a log's own
+/// line may start with a count.
 fn is_notebook_code(text: &str) -> bool {
     static NOTEBOOK_CODE: LazyLock<Option<Regex>> = LazyLock::new(|| {
         Regex::new(
-            r"^(?:-+>\s*\d+\s|\d+\s+(?:except|raise|assert|try|if|elif|else|with|return|def|class|import|from|for|while)\b)",
+            r#"^(?:-+>\s*\d+\s|\d+\s+(?:#|[rbfuRBFU]{0,2}["']|[)\]}]|@|(?:except|raise|assert|try|if|elif|else|finally|with|return|yield|await|async|def|class|import|from|for|while|del|pass|lambda)\b))"#,
         )
         .ok()
     });
@@ -1308,6 +1309,12 @@ mod tests {
             "--> 216         raise RuntimeError(\"CUDA Error: %s\" % cuGetErrorString(error))"
         ));
         assert!(is_code("---> 19     raise ImportError(f'Failed to load')"));
+        assert!(is_code(
+            "38         \"CUDA error: no kernel image is available for execution on the device. \""
+        ));
+        assert!(is_code(
+            "86 # A \"CUDA out of memory\" here means the batch is too large"
+        ));
         assert!(!is_code(
             "3 errors detected in the compilation of \"kernel.cu\"."
         ));
